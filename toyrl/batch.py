@@ -1,0 +1,275 @@
+"""TurnBatch: the one data structure of toyrl, a padded batch of multi-turn rollouts that keeps turns.
+
+Dimension legend: B rollouts, T token positions, H turns (at most).
+
+A rollout is a token sequence ``prompt, a_1, o_1, a_2, o_2, ..., a_H`` where ``a_k`` are the policy's
+tokens of turn k and ``o_k`` the environment's observation tokens that follow them. ``turn_id`` says
+which turn each token belongs to (observation tokens carry the turn they follow, prompt tokens turn
+0, padding -1), ``policy_mask`` which tokens the policy generated. Everything per turn lives in
+(B, H) tensors, everything per token in (B, T) tensors, and two helpers move values between them:
+
+    adv_BT = batch.turn_to_token(adv_BH)           # broadcast a turn advantage to its tokens
+    len_BH = batch.token_to_turn(batch.policy_mask.float(), "sum")   # policy tokens per turn
+
+Construction checks every shape, dtype and device and raises ``ValueError`` naming the field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Optional
+
+import torch
+
+from .segments import dense_index, pair_index
+
+__all__ = ["TurnBatch", "turn_to_token", "token_to_turn", "discounted_returns"]
+
+# field -> (shape spec, dtype kind); shape letters: B, T, H
+_REQUIRED = {
+    "tokens": ("BT", "long"),
+    "policy_mask": ("BT", "bool"),
+    "turn_id": ("BT", "long"),
+    "old_logp": ("BT", "float"),
+    "turn_mask": ("BH", "bool"),
+    "turn_reward": ("BH", "float"),
+    "group": ("B", "long"),
+    "state_key": ("BH", "long"),
+}
+_OPTIONAL = {
+    "ref_logp": ("BT", "float"),
+    "rollout_logp": ("BT", "float"),
+    "entropy": ("BT", "float"),
+    "values": ("BH", "float"),
+    "void_turn": ("BH", "bool"),
+    "node": ("BH", "long"),
+    "info_gain": ("BH", "float"),
+    "turn_signal": ("BH", "float"),
+    "policy_version": ("B", "long"),
+    "task": ("B", "long"),
+}
+_KINDS = {
+    "long": (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8),
+    "bool": (torch.bool,),
+    "float": (torch.float16, torch.bfloat16, torch.float32, torch.float64),
+}
+
+
+def _check(name: str, x: Any, spec: str, kind: str, dims: dict, device) -> None:
+    want = "(" + ", ".join(f"{d}={dims[d]}" for d in spec) + ")"
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"TurnBatch.{name} must be a torch.Tensor of shape {want}, got {type(x).__name__}")
+    if tuple(x.shape) != tuple(dims[d] for d in spec):
+        raise ValueError(f"TurnBatch.{name} must have shape {want}, got {tuple(x.shape)}")
+    if x.dtype not in _KINDS[kind]:
+        raise ValueError(f"TurnBatch.{name} must have a {kind} dtype, got {x.dtype}")
+    if x.device != device:
+        raise ValueError(f"TurnBatch.{name} is on {x.device}, expected {device} (the device of tokens)")
+
+
+@dataclass
+class TurnBatch:
+    """A padded batch of B multi-turn rollouts with T token positions and at most H turns."""
+
+    tokens: torch.Tensor
+    """(B, T) long: prompt, policy and observation tokens in order (padding value arbitrary)."""
+    policy_mask: torch.Tensor
+    """(B, T) bool: True where the policy generated the token; loss and KL apply only here."""
+    turn_id: torch.Tensor
+    """(B, T) long: turn index of each token in [0, H); observation tokens carry the turn they
+    follow, padding is -1."""
+    old_logp: torch.Tensor
+    """(B, T) float: behaviour log-probs under the context the policy saw at rollout (0 off-policy-mask)."""
+    turn_mask: torch.Tensor
+    """(B, H) bool: valid turns."""
+    turn_reward: torch.Tensor
+    """(B, H) float: reward of each turn (sparse outcome: only the last valid turn is non-zero)."""
+    group: torch.Tensor
+    """(B,) long: rollouts that started from the same initial state share a group id."""
+    state_key: torch.Tensor
+    """(B, H) long: canonical hash of the environment state at the start of each turn."""
+    ref_logp: Optional[torch.Tensor] = None
+    """(B, T) float: reference-policy log-probs, for the KL term."""
+    rollout_logp: Optional[torch.Tensor] = None
+    """(B, T) float: log-probs reported by the rollout engine (for truncated importance sampling)."""
+    entropy: Optional[torch.Tensor] = None
+    """(B, T) float: policy entropy at each generated token."""
+    values: Optional[torch.Tensor] = None
+    """(B, H) float: critic value of the state at the start of each turn."""
+    void_turn: Optional[torch.Tensor] = None
+    """(B, H) bool: the turn was neither a tool call nor an answer (SimpleTIR's void turn)."""
+    node: Optional[torch.Tensor] = None
+    """(B, H) long: tree node id of each turn (tree rollouts share ids over shared prefixes)."""
+    info_gain: Optional[torch.Tensor] = None
+    """(B, H) float: information gain of each turn about the ground-truth answer (A2TGPO)."""
+    turn_signal: Optional[torch.Tensor] = None
+    """(B, H) float: a checkable intermediate signal per turn (e.g. retrieved text holds the answer)."""
+    policy_version: Optional[torch.Tensor] = None
+    """(B,) long: the policy update count that generated each rollout (staleness)."""
+    task: Optional[torch.Tensor] = None
+    """(B,) long: task / prompt id of each rollout (several groups may share a task)."""
+    privileged: Any = None
+    """Training-time-only reference information (e.g. reference solutions), any Python object."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokens, torch.Tensor) or self.tokens.dim() != 2:
+            shape = tuple(self.tokens.shape) if isinstance(self.tokens, torch.Tensor) else type(self.tokens).__name__
+            raise ValueError(f"TurnBatch.tokens must be a 2-D tensor of shape (B, T), got {shape}")
+        if not isinstance(self.turn_mask, torch.Tensor) or self.turn_mask.dim() != 2:
+            shape = tuple(self.turn_mask.shape) if isinstance(self.turn_mask, torch.Tensor) else type(self.turn_mask).__name__
+            raise ValueError(f"TurnBatch.turn_mask must be a 2-D tensor of shape (B, H), got {shape}")
+        B, T = self.tokens.shape
+        dims = {"B": B, "T": T, "H": self.turn_mask.shape[1]}
+        device = self.tokens.device
+        for name, (spec, kind) in _REQUIRED.items():
+            _check(name, getattr(self, name), spec, kind, dims, device)
+        for name, (spec, kind) in _OPTIONAL.items():
+            if getattr(self, name) is not None:
+                _check(name, getattr(self, name), spec, kind, dims, device)
+        H = dims["H"]
+        if T and (int(self.turn_id.min()) < -1 or int(self.turn_id.max()) >= max(H, 1)):
+            raise ValueError(f"TurnBatch.turn_id values must lie in [-1, H={H}), got range "
+                             f"[{int(self.turn_id.min())}, {int(self.turn_id.max())}]")
+        if bool((self.policy_mask & (self.turn_id < 0)).any()):
+            raise ValueError("TurnBatch.policy_mask is True on a padding token (turn_id == -1)")
+
+    # ---- sizes -------------------------------------------------------------------------------
+    @property
+    def B(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def T(self) -> int:
+        return self.tokens.shape[1]
+
+    @property
+    def H(self) -> int:
+        return self.turn_mask.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
+    # ---- turn <-> token ----------------------------------------------------------------------
+    def turn_to_token(self, x_BH: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        """Broadcast a per-turn value (B, H) to every token of that turn (B, T); padding gets ``fill``."""
+        return turn_to_token(x_BH, self.turn_id, fill)
+
+    def token_to_turn(self, x_BT: torch.Tensor, reduce: str = "sum", mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Reduce a per-token value (B, T) to turns (B, H) over ``mask`` (default: policy tokens)."""
+        return token_to_turn(x_BT, self.turn_id, self.H, reduce, self.policy_mask if mask is None else mask)
+
+    # ---- outcome and returns -----------------------------------------------------------------
+    def outcome(self) -> torch.Tensor:
+        """Total reward of each rollout R_i = sum_k r_{i,k} over valid turns -> (B,)."""
+        return (self.turn_reward * self.turn_mask).sum(1)
+
+    def returns(self, gamma: float = 1.0) -> torch.Tensor:
+        """Discounted return-to-go per turn R_{i,k} = sum_{k'>=k} gamma^(k'-k) r_{i,k'} -> (B, H)."""
+        return discounted_returns(self.turn_reward, self.turn_mask, gamma)
+
+    def num_turns(self) -> torch.Tensor:
+        """Number of valid turns per rollout -> (B,) long."""
+        return self.turn_mask.sum(1)
+
+    # ---- grouping ----------------------------------------------------------------------------
+    def group_index(self) -> tuple[torch.Tensor, int]:
+        """Dense group index (B,) in [0, G_count) and the number of groups."""
+        return dense_index(self.group)
+
+    def anchor_index(self) -> tuple[torch.Tensor, int]:
+        """Dense anchor-state index (B, H) over (group, state_key) cells of valid turns; -1 on invalid turns.
+
+        Equal state keys in different groups never share an anchor.
+        """
+        g = self.group[:, None].expand(-1, self.H)[self.turn_mask]      # (V,) valid turns
+        k = self.state_key[self.turn_mask]                                 # (V,)
+        idx_v, S = pair_index(g, k)
+        idx = torch.full_like(self.state_key, -1)                          # (B, H)
+        idx[self.turn_mask] = idx_v
+        return idx, S
+
+    # ---- utilities ---------------------------------------------------------------------------
+    def to(self, device) -> "TurnBatch":
+        """A copy with every tensor on ``device``."""
+        kw = {f.name: (v.to(device) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
+              for f in fields(self)}
+        return TurnBatch(**kw)
+
+    def replace(self, **changes) -> "TurnBatch":
+        """A copy with some fields replaced (validated again)."""
+        return replace(self, **changes)
+
+    def select(self, rows: torch.Tensor) -> "TurnBatch":
+        """The sub-batch of the given rows (index or bool mask over B)."""
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kw[f.name] = v[rows] if isinstance(v, torch.Tensor) else v
+        return TurnBatch(**kw)
+
+
+def turn_to_token(x_BH: torch.Tensor, turn_id: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    """Gather a turn value for every token: out[b, t] = x[b, turn_id[b, t]], ``fill`` where turn_id < 0.
+
+    Example: x [[1., 2.]], turn_id [[0, 0, 1, -1]] -> [[1., 1., 2., 0.]].
+    """
+    if x_BH.dim() != 2 or turn_id.dim() != 2 or x_BH.shape[0] != turn_id.shape[0]:
+        raise ValueError(f"x_BH must be (B, H) and turn_id (B, T) with the same B, got "
+                         f"{tuple(x_BH.shape)} and {tuple(turn_id.shape)}")
+    if x_BH.shape[1] == 0:
+        return torch.full(turn_id.shape, fill, dtype=x_BH.dtype, device=x_BH.device)
+    out = x_BH.gather(1, turn_id.clamp(min=0))                              # (B, T)
+    return out.masked_fill(turn_id < 0, fill)
+
+
+_REDUCE = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin", "prod": "prod"}
+
+
+def token_to_turn(x_BT: torch.Tensor, turn_id: torch.Tensor, H: int, reduce: str = "sum",
+                  mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Reduce token values to turns over ``mask``: out[b, k] = reduce{x[b, t] : turn_id[b, t] = k, mask[b, t]}.
+
+    ``reduce`` is one of sum, mean, max, min, prod, last (the last masked token of the turn).
+    A turn with no masked token gets 0 (the identity is never leaked as +-inf).
+    Example: x [[1., 2., 4.]], turn_id [[0, 0, 1]], H=2, "sum" -> [[3., 4.]].
+    """
+    if x_BT.shape != turn_id.shape:
+        raise ValueError(f"x_BT must have the shape of turn_id (B, T)={tuple(turn_id.shape)}, got {tuple(x_BT.shape)}")
+    if mask is None:
+        mask = turn_id >= 0
+    elif mask.shape != turn_id.shape:
+        raise ValueError(f"mask must have shape (B, T)={tuple(turn_id.shape)}, got {tuple(mask.shape)}")
+    B, T = turn_id.shape
+    keep = mask & (turn_id >= 0)
+    flat = (torch.arange(B, device=turn_id.device)[:, None] * H + turn_id.clamp(min=0))  # (B, T)
+    if reduce == "last":
+        pos = torch.arange(T, device=turn_id.device).expand(B, T)
+        last = torch.full((B * H,), -1, dtype=torch.long, device=turn_id.device)
+        last = last.scatter_reduce(0, flat[keep], pos[keep], reduce="amax")
+        got = last >= 0
+        out = torch.zeros(B * H, dtype=x_BT.dtype, device=x_BT.device)
+        rows = torch.div(torch.arange(B * H, device=turn_id.device), H, rounding_mode="floor")
+        out[got] = x_BT[rows[got], last[got]]
+        return out.view(B, H)                                              # (B, H)
+    if reduce not in _REDUCE:
+        raise ValueError(f"reduce must be one of {sorted(_REDUCE) + ['last']}, got {reduce!r}")
+    out = torch.zeros(B * H, dtype=x_BT.dtype, device=x_BT.device)
+    out = out.scatter_reduce(0, flat[keep], x_BT[keep], reduce=_REDUCE[reduce], include_self=False)
+    return out.view(B, H)                                                  # (B, H)
+
+
+def discounted_returns(reward_BH: torch.Tensor, mask_BH: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """Return-to-go over valid turns: R_k = r_k + gamma * R_{k+1}, 0 on invalid turns.
+
+    Invalid turns are skipped (their reward ignored) but do not break the chain. A loop over H only.
+    Example: r [[0., 0., 1.]], gamma 0.5 -> [[0.25, 0.5, 1.]].
+    """
+    if reward_BH.shape != mask_BH.shape:
+        raise ValueError(f"reward and mask must both be (B, H), got {tuple(reward_BH.shape)} and {tuple(mask_BH.shape)}")
+    r = reward_BH * mask_BH
+    out = torch.zeros_like(r)                                              # (B, H)
+    run = torch.zeros_like(r[:, 0]) if r.shape[1] else None
+    for k in range(r.shape[1] - 1, -1, -1):
+        run = torch.where(mask_BH[:, k], r[:, k] + gamma * run, run)
+        out[:, k] = torch.where(mask_BH[:, k], run, torch.zeros_like(run))
+    return out
