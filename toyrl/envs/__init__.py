@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import gymnasium as gym
 
+from .bandit_chain import BanditChainEnv, BanditCore
 from .core import VOID, BatchedCore, CoreEnv, mix64
 from .gridworld import GridCore, GridWorldEnv
 
 ENVS = {
     "gridworld": ("toyrl/GridWorld-v0", GridCore),
+    "bandit_chain": ("toyrl/BanditChain-v0", BanditCore),
 }
 _ENTRY = {
     "toyrl/GridWorld-v0": "toyrl.envs.gridworld:GridWorldEnv",
+    "toyrl/BanditChain-v0": "toyrl.envs.bandit_chain:BanditChainEnv",
 }
 
 
@@ -33,4 +36,4 @@ def make_core(name: str, num_envs: int, seed=None, **kwargs) -> BatchedCore:
 
 
 __all__ = ["ENVS", "VOID", "BatchedCore", "CoreEnv", "mix64", "register_envs", "make_core",
-           "GridCore", "GridWorldEnv"]
+           "GridCore", "GridWorldEnv", "BanditCore", "BanditChainEnv"]

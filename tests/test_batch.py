@@ -1,0 +1,142 @@
+"""TurnBatch construction checks, turn <-> token helpers, grouping, and segment statistics."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from toyrl.batch import TurnBatch, discounted_returns, token_to_turn, turn_to_token
+from toyrl.segments import dense_index, pair_index, segment_max, segment_mean, segment_min, segment_std, segment_sum
+
+
+def tiny(**over):
+    # two rollouts: [prompt, a1, a1, o1, a2] and [prompt, a1, o1, pad, pad]
+    kw = dict(
+        tokens=torch.tensor([[9, 1, 2, 7, 3], [9, 1, 7, 0, 0]]),
+        policy_mask=torch.tensor([[0, 1, 1, 0, 1], [0, 1, 0, 0, 0]], dtype=torch.bool),
+        turn_id=torch.tensor([[0, 0, 0, 0, 1], [0, 0, 0, -1, -1]]),
+        old_logp=torch.zeros(2, 5),
+        turn_mask=torch.tensor([[1, 1], [1, 0]], dtype=torch.bool),
+        turn_reward=torch.tensor([[0.0, 1.0], [0.0, 0.0]]),
+        group=torch.tensor([0, 0]),
+        state_key=torch.tensor([[5, 6], [5, 0]]),
+    )
+    kw.update(over)
+    return TurnBatch(**kw)
+
+
+def test_valid_batch_and_sizes():
+    b = tiny()
+    assert (b.B, b.T, b.H) == (2, 5, 2)
+    assert b.outcome().tolist() == [1.0, 0.0]
+    assert b.num_turns().tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("field,value,msg", [
+    ("policy_mask", torch.zeros(2, 6, dtype=torch.bool), r"policy_mask must have shape \(B=2, T=5\), got \(2, 6\)"),
+    ("turn_reward", torch.zeros(2, 3), r"turn_reward must have shape \(B=2, H=2\)"),
+    ("group", torch.zeros(3, dtype=torch.long), r"group must have shape \(B=2\)"),
+    ("policy_mask", torch.zeros(2, 5), r"policy_mask must have a bool dtype"),
+    ("old_logp", torch.zeros(2, 5, dtype=torch.long), r"old_logp must have a float dtype"),
+    ("state_key", [[1, 2], [3, 4]], r"state_key must be a torch.Tensor of shape \(B=2, H=2\)"),
+    ("entropy", torch.zeros(5, 2), r"entropy must have shape \(B=2, T=5\)"),
+    ("turn_id", torch.full((2, 5), 3), r"turn_id values must lie in \[-1, H=2\)"),
+    ("tokens", torch.zeros(2, 5, 1, dtype=torch.long), r"tokens must be a 2-D tensor"),
+])
+def test_validation_names_field_and_shape(field, value, msg):
+    with pytest.raises(ValueError, match=msg):
+        tiny(**{field: value})
+
+
+def test_policy_token_on_padding_rejected():
+    pm = torch.tensor([[0, 1, 1, 0, 1], [0, 1, 0, 1, 0]], dtype=torch.bool)
+    with pytest.raises(ValueError, match="padding"):
+        tiny(policy_mask=pm)
+
+
+def test_turn_token_helpers():
+    b = tiny()
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert b.turn_to_token(x).tolist() == [[1, 1, 1, 1, 2], [3, 3, 3, 0, 0]]
+    lp = torch.tensor([[0.0, -1.0, -2.0, -5.0, -3.0], [0.0, -4.0, -5.0, 0.0, 0.0]])
+    assert b.token_to_turn(lp, "sum").tolist() == [[-3.0, -3.0], [-4.0, 0.0]]
+    assert b.token_to_turn(lp, "mean").tolist() == [[-1.5, -3.0], [-4.0, 0.0]]
+    assert b.token_to_turn(lp, "last").tolist() == [[-2.0, -3.0], [-4.0, 0.0]]
+    assert b.token_to_turn(lp, "max").tolist() == [[-1.0, -3.0], [-4.0, 0.0]]
+    assert b.token_to_turn(torch.ones(2, 5), "sum", mask=b.turn_id >= 0).tolist() == [[4.0, 1.0], [3.0, 0.0]]
+    with pytest.raises(ValueError, match="reduce"):
+        b.token_to_turn(lp, "median")
+
+
+@settings(max_examples=40, deadline=None)
+@given(B=st.integers(1, 4), T=st.integers(1, 9), H=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_token_to_turn_matches_loop(B, T, H, seed):
+    g = torch.Generator().manual_seed(seed)
+    turn_id = torch.randint(-1, H, (B, T), generator=g)
+    mask = torch.rand(B, T, generator=g) < 0.7
+    x = torch.randn(B, T, generator=g)
+    for reduce in ["sum", "mean", "max", "min", "last"]:
+        got = token_to_turn(x, turn_id, H, reduce, mask)
+        for b in range(B):
+            for k in range(H):
+                vals = [float(x[b, t]) for t in range(T) if turn_id[b, t] == k and mask[b, t]]
+                want = 0.0 if not vals else {"sum": sum(vals), "mean": sum(vals) / len(vals), "max": max(vals),
+                                             "min": min(vals), "last": vals[-1]}[reduce]
+                assert abs(float(got[b, k]) - want) < 1e-5
+    back = turn_to_token(torch.randn(B, H, generator=g), turn_id)
+    assert back.shape == (B, T) and (back[turn_id < 0] == 0).all()
+
+
+def test_discounted_returns():
+    r = torch.tensor([[0.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    m = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    assert torch.allclose(discounted_returns(r, m, 0.5), torch.tensor([[0.25, 0.5, 1.0], [1.5, 1.0, 0.0]]))
+
+
+def test_anchor_index_never_mixes_groups():
+    b = tiny(group=torch.tensor([0, 1]))
+    idx, S = b.anchor_index()
+    assert S == 3 and idx[0, 0] != idx[1, 0] and idx[1, 1] == -1
+    b2 = tiny()
+    idx2, S2 = b2.anchor_index()
+    assert S2 == 2 and idx2[0, 0] == idx2[1, 0]
+
+
+def test_to_select_replace():
+    b = tiny()
+    assert b.select(torch.tensor([1])).B == 1
+    assert b.to("cpu").tokens.device.type == "cpu"
+    with pytest.raises(ValueError):
+        b.replace(group=torch.zeros(5, dtype=torch.long))
+
+
+def test_dense_index_paths_agree():
+    small = torch.tensor([7, 3, 7, 0])
+    big = small * (1 << 40) + 12345
+    for ids in (small, big):
+        idx, S = dense_index(ids)
+        assert S == 3 and idx.tolist() == [2, 1, 2, 0]
+    idx, S = pair_index(torch.tensor([0, 0, 1]), torch.tensor([5, 5, 5]))
+    assert S == 2 and idx.tolist() == [0, 0, 1]
+
+
+def test_segment_stats():
+    x = torch.tensor([1.0, 3.0, 5.0, 2.0])
+    idx = torch.tensor([0, 0, 1, 2])
+    assert segment_sum(x, idx, 3).tolist() == [4.0, 5.0, 2.0]
+    assert segment_mean(x, idx, 4).tolist() == [2.0, 5.0, 2.0, 0.0]
+    assert segment_std(x, idx, 3, ddof=0).tolist() == [1.0, 0.0, 0.0]
+    assert torch.allclose(segment_std(x, idx, 3, ddof=1), torch.tensor([2**0.5, 0.0, 0.0]))
+    assert segment_max(x, idx, 3).tolist() == [3.0, 5.0, 2.0]
+    assert segment_min(x, idx, 3).tolist() == [1.0, 5.0, 2.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(vals=st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=30), seed=st.integers(0, 1000))
+def test_segment_std_matches_torch(vals, seed):
+    x = torch.tensor(vals, dtype=torch.float64)
+    idx = torch.randint(0, 3, (len(vals),), generator=torch.Generator().manual_seed(seed))
+    for ddof in (0, 1):
+        got = segment_std(x, idx, 3, ddof=ddof)
+        for s in range(3):
+            sel = x[idx == s]
+            want = sel.std(correction=ddof) if sel.numel() > ddof else torch.tensor(0.0, dtype=torch.float64)
+            assert abs(float(got[s]) - float(want)) < 1e-6 * (1 + abs(float(want)))

@@ -1,0 +1,147 @@
+"""BanditChain: K stages, M arms each; only the right arms advance. The hello world of per-turn credit.
+
+The outcome depends on every turn: a sparse +1 arrives only after K correct pulls, so one
+trajectory-level advantage cannot tell the turn that found the right arm from the one that
+wasted a pull. The anchor state is simply the stage, so GiGPO groups turns by stage.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+from gymnasium import spaces
+
+from .core import VOID, BatchedCore, CoreEnv, mix64, parse_bracket_action
+
+__all__ = ["BanditCore", "BanditChainEnv", "ON_WRONG"]
+
+ON_WRONG = ("stay", "restart", "end")
+
+
+class BanditCore(BatchedCore):
+    """N BanditChain copies stepped with numpy; see ``BanditChainEnv`` for the rules."""
+
+    def __init__(self, num_envs: int, *, stages: int = 4, arms: int = 4, good_arms: int = 1,
+                 on_wrong: str = "stay", dense: bool = False, max_turns: Optional[int] = None,
+                 void_penalty: float = 0.0, seed: Optional[int] = None):
+        super().__init__(num_envs, seed)
+        if stages < 1 or arms < 2 or not 1 <= good_arms < arms:
+            raise ValueError(f"need stages >= 1, arms >= 2 and 1 <= good_arms < arms, got "
+                             f"stages={stages}, arms={arms}, good_arms={good_arms}")
+        if on_wrong not in ON_WRONG:
+            raise ValueError(f"on_wrong must be one of {ON_WRONG}, got {on_wrong!r}")
+        self.K, self.M, self.good_arms = stages, arms, good_arms
+        self.on_wrong, self.dense = on_wrong, dense
+        self.max_turns = int(max_turns) if max_turns is not None else 2 * stages
+        self.void_penalty = float(void_penalty)
+        self.n_actions = arms
+        self.task_dim = stages * arms
+
+    def sample_tasks(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        # per stage, a random set of good_arms arms advance: argsort of uniforms picks them without loops
+        ranks = np.argsort(rng.random((n, self.K, self.M)), axis=2).argsort(axis=2)   # (n, K, M)
+        return (ranks < self.good_arms).astype(np.int64).reshape(n, -1)                # (n, K*M)
+
+    def reset(self, tasks: np.ndarray) -> np.ndarray:
+        good = self._check_tasks(tasks)
+        if not (good.reshape(-1, self.K, self.M).sum(2) >= 1).all():
+            raise ValueError("tasks: every stage needs at least one good arm (a 1 in each row of M)")
+        N = self.num_envs
+        self.state = {
+            "good": good.copy(),                                    # (N, K*M)
+            "layout_hash": mix64(*good.T),                          # (N,)
+            "stage": np.zeros(N, np.int64),
+            "turn": np.zeros(N, np.int64),
+            "done": np.zeros(N, bool),
+        }
+        return self.obs()
+
+    def step(self, actions):
+        a = self._check_actions(actions)
+        st, N = self.state, self.num_envs
+        live = ~st["done"]
+        void = live & (a == VOID)
+        stage = st["stage"]
+        cell = np.minimum(stage, self.K - 1) * self.M + np.maximum(a, 0)
+        right = live & ~void & (st["good"][np.arange(N), cell] == 1)
+        wrong = live & ~void & ~right
+        new_stage = stage + right
+        if self.on_wrong == "restart":
+            new_stage = np.where(wrong, 0, new_stage)
+        st["stage"] = new_stage
+        st["turn"] = st["turn"] + live
+        success = live & (new_stage >= self.K)
+        terminated = success | (wrong if self.on_wrong == "end" else np.zeros(N, bool))
+        truncated = live & ~terminated & (st["turn"] >= self.max_turns)
+        reward = (right / self.K) if self.dense else success.astype(np.float64)
+        reward = reward - self.void_penalty * void
+        st["done"] = st["done"] | terminated | truncated
+        return self.obs(), reward, terminated, truncated, {"void": void, "success": success, "right": right}
+
+    def obs(self) -> np.ndarray:
+        return self.state["stage"].copy()
+
+    def state_keys(self) -> np.ndarray:
+        return mix64(self.state["layout_hash"], self.state["stage"])
+
+    def render_text(self, i: int = 0) -> str:
+        st = self.state
+        return (f"Stage {int(st['stage'][i])} of {self.K}. {self.M} arms: pull[0] ... pull[{self.M - 1}]. "
+                f"Turn {int(st['turn'][i])} of {self.max_turns}.")
+
+    def parse_action(self, text: str, i: int = 0) -> Optional[int]:
+        got = parse_bracket_action(text)
+        if got is None or got[0] != "pull" or not got[1].isdigit():
+            return None
+        arm = int(got[1])
+        return arm if arm < self.M else None
+
+    def action_text(self, action: int, i: int = 0) -> str:
+        return f"pull[{action}]"
+
+    def oracle_actions(self, i: int = 0) -> list[int]:
+        """A shortest successful action sequence for copy i from its current stage."""
+        good = self.state["good"][i].reshape(self.K, self.M)
+        return [int(np.flatnonzero(good[k])[0]) for k in range(int(self.state["stage"][i]), self.K)]
+
+
+class BanditChainEnv(CoreEnv):
+    """Pull the right arm at each of K stages in a row.
+
+    ## Description
+    A chain of ``stages`` stages. At each turn the agent pulls one of ``arms`` arms; at every stage
+    ``good_arms`` of them (drawn per task from the reset seed) advance to the next stage. A wrong
+    pull stays at the stage (``on_wrong="stay"``), goes back to stage 0 (``"restart"``) or ends the
+    episode (``"end"``). The episode succeeds when the last stage is passed.
+
+    ## Action Space
+    ``Discrete(arms)``: the arm to pull. Text form ``pull[2]``; ``step(None)`` is a void turn.
+
+    ## Observation Space
+    ``Discrete(stages + 1)``: the current stage (``stages`` once solved).
+
+    ## Rewards
+    Sparse (default): +1 when the chain is completed. Dense (``dense=True``): +1/K for every
+    advancing pull. ``-void_penalty`` on a void turn.
+
+    ## Episode End
+    Terminated on completion (or on a wrong pull with ``on_wrong="end"``); truncated after
+    ``max_turns`` turns (default 2 K).
+
+    ## Arguments
+    ``stages=4``, ``arms=4``, ``good_arms=1``, ``on_wrong="stay"``, ``dense=False``,
+    ``max_turns=None``, ``void_penalty=0.0``.
+
+    ## Version History
+    - v0: first version.
+    """
+
+    core_cls = BanditCore
+
+    def __init__(self, render_mode: Optional[str] = None, **kwargs):
+        super().__init__(render_mode, **kwargs)
+        self.observation_space = spaces.Discrete(self.core.K + 1)
+        self.action_space = spaces.Discrete(self.core.M)
+
+    def _obs(self, obs):
+        return int(obs[0])

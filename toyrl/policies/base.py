@@ -1,0 +1,143 @@
+"""TokenPolicy: the contract between rollout / trainer code and a policy over integer token ids.
+
+Dimension legend: B rows, L context positions, N new tokens (``max_new``), T sequence positions,
+V vocabulary size, d hidden size.
+
+A policy sees only integer ids: ids in, ids out. The rollout code maps observations to tokens,
+calls ``generate`` each turn, and later ``logprobs`` on the whole trajectory to recompute the
+log-probs the loss needs. Three rules make the two agree to float precision:
+
+1. **Padding never shifts anything.** A (B, T) bool mask says which positions are real. Padding
+   (left, right or in the middle) is excluded from attention, and positions are counted from the
+   mask (``positions_from_mask``), so a row means the same with or without extra padding.
+2. **A token is scored by the distribution it was drawn from**: the logits at the previous *real*
+   position (``prev_valid_index``), divided by ``temperature``, with disallowed tokens set to -inf
+   and the rest renormalized (``masked_log_softmax``). ``logprobs`` is 0 at padding and at each
+   row's first real token (it has no prefix).
+3. **The ``allowed`` mask travels with the tokens.** Sampling under a mask and recomputing under the
+   same mask gives the same ``logp`` and ``entropy``: both are of the renormalized masked
+   distribution, not of the raw model distribution.
+
+Implementations are ``torch.nn.Module`` s (the trainer optimizes ``parameters()``): the toy
+transformer in ``toy.py``; a Hugging Face adapter follows the same protocol.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Protocol, Tuple, runtime_checkable
+
+import torch
+from torch import Tensor
+
+__all__ = ["Generation", "TokenPolicy", "positions_from_mask", "prev_valid_index", "masked_log_softmax",
+           "allowed_at"]
+
+
+@dataclass
+class Generation:
+    """What ``TokenPolicy.generate`` returns: N new tokens per row, right-padded after a stop."""
+    tokens: Tensor
+    """(B, N) long: generated ids; ``pad_id`` where ``mask`` is False."""
+    logp: Tensor
+    """(B, N) float: log-prob of each token under the tempered, ``allowed``-masked distribution; 0 where masked."""
+    entropy: Tensor
+    """(B, N) float: entropy of the distribution each token was drawn from; 0 where masked."""
+    mask: Tensor
+    """(B, N) bool: True for real generated tokens, the stop token included."""
+
+    @property
+    def lengths(self) -> Tensor:
+        """(B,) long: number of real generated tokens per row."""
+        return self.mask.sum(1)
+
+
+@runtime_checkable
+class TokenPolicy(Protocol):
+    """A policy over integer token ids (see the module docstring for the padding and masking rules)."""
+
+    vocab_size: int
+    """number of token ids, V"""
+    pad_id: int
+    """id emitted after a row stopped, and substituted for padding before embedding"""
+
+    @property
+    def device(self) -> torch.device:
+        """device of the parameters; inputs must live there"""
+        ...
+
+    def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
+                 stop_token: Optional[int] = None, allowed: Optional[Tensor] = None, greedy: bool = False,
+                 generator: Optional[torch.Generator] = None) -> Generation:
+        """Sample up to ``max_new`` tokens after ``context`` (B, L) (left-padded; ``context_mask`` False
+        at padding; every row needs at least one real token). ``allowed``: (V,), (B, V) or (B, N, V)
+        bool, tokens that may be sampled (per step for the 3-d form). A row stops after emitting
+        ``stop_token``; later slots are ``pad_id`` with mask False. Sampling uses
+        ``torch.multinomial(..., generator=generator)``; ``greedy`` takes the argmax instead. No grad."""
+        ...
+
+    def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
+                 temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+        """Teacher-forced (logp (B, T), entropy (B, T)) of each token given its prefix; 0 at padding and
+        at each row's first real token. ``allowed``: (V,), (B, V) or (B, T, V) bool, the mask of the
+        distribution token ``t`` was drawn from. Differentiable."""
+        ...
+
+    def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
+        """(B, T, d) final hidden states, for critics / value heads that live outside the policy."""
+        ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        ...
+
+
+def positions_from_mask(mask: Tensor) -> Tensor:
+    """Position of each token among its row's real tokens, (B, T) long; padding gets the previous
+    real position (0 before the first), a harmless value since padding is never attended to.
+
+    Example: mask [[F, F, T, T, T]] -> [[0, 0, 0, 1, 2]].
+    """
+    return (mask.long().cumsum(1) - 1).clamp(min=0)        # (B, T)
+
+
+def prev_valid_index(mask: Tensor) -> Tensor:
+    """Index of the previous real position of each position, -1 if there is none, (B, T) long.
+
+    Example: mask [[F, T, F, T, T]] -> [[-1, -1, 1, 1, 3]].
+    """
+    B, T = mask.shape
+    idx = torch.arange(T, device=mask.device).expand(B, T)                   # (B, T)
+    last = torch.where(mask, idx, torch.full_like(idx, -1)).cummax(1).values  # last real index <= t
+    return torch.cat([last.new_full((B, 1), -1), last[:, :-1]], 1)            # (B, T)
+
+
+def allowed_at(allowed: Optional[Tensor], step: int) -> Optional[Tensor]:
+    """The (V,) or (B, V) mask of step ``step`` from a (V,), (B, V) or (B, N, V) ``allowed`` mask."""
+    if allowed is None or allowed.dim() < 3:
+        return allowed
+    return allowed[:, step]
+
+
+def masked_log_softmax(logits: Tensor, allowed: Optional[Tensor] = None,
+                       temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+    """Log-probs (..., V) and entropy (...) of softmax(logits / temperature) restricted to ``allowed``.
+
+        logp_v = z_v - logsumexp_{u allowed} z_u  (v allowed),  -inf otherwise,   z = logits / temperature
+        H = -sum_{v allowed} p_v logp_v
+
+    ``allowed`` broadcasts against ``logits`` (e.g. (V,) against (B, T, V)); a (B, V) mask against
+    (B, T, V) logits is taken per row. A position that allows no token at all is treated as
+    unrestricted (so padding positions may carry an all-False mask). Gradients are finite.
+
+    Example: logits [0, 0, 0], allowed [T, T, F] -> logp [-0.693, -0.693, -inf], H = 0.693.
+    """
+    z = logits / temperature if temperature != 1.0 else logits
+    if allowed is None:
+        logp = torch.log_softmax(z, dim=-1)
+        return logp, -(logp.exp() * logp).sum(-1)
+    allowed = allowed.to(device=z.device, dtype=torch.bool)
+    if allowed.dim() == 2 and z.dim() == 3:
+        allowed = allowed[:, None, :]                                       # (B, 1, V)
+    allowed = allowed | ~allowed.any(-1, keepdim=True)                      # empty mask = no restriction
+    logp = torch.log_softmax(z.masked_fill(~allowed, float("-inf")), dim=-1)
+    ent = -(logp.exp() * logp.masked_fill(~allowed, 0.0)).sum(-1)           # 0 * -inf would be NaN
+    return logp, ent

@@ -1,0 +1,262 @@
+"""A tiny decoder-only transformer over a small integer vocabulary: the default toyrl policy.
+
+Dimension legend: B rows, T (or L) positions, N new tokens, C = d_model channels, nh heads,
+hs = C / nh head size, V vocabulary size, S = L + N cache slots.
+
+nanoGPT's model (pre-LN blocks, GELU MLP, weight-tied head, learned position embeddings) with two
+changes for padded multi-turn rollouts (see ``base.py`` for the contract):
+
+- positions come from the padding mask, not from the column index, so left padding shifts nothing;
+- attention takes an explicit boolean mask ``causal & key_is_real``, plus the diagonal so a padding
+  query that has no real key before it (left padding) attends to itself instead of producing NaN.
+
+``generate`` prefills the context once into a preallocated KV cache and then feeds one token at a
+time. It is sized for 2 CPU cores: the "small" preset (2 layers, d 48) rolls out 64 episodes x 5
+turns x 4 tokens and recomputes + backpropagates them in a few tens of milliseconds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, prev_valid_index
+
+__all__ = ["ToyTransformerConfig", "ToyTransformer", "PRESETS"]
+
+
+@dataclass
+class ToyTransformerConfig:
+    vocab_size: int
+    """number of token ids, V"""
+    d_model: int = 48
+    """width of the residual stream, C"""
+    n_layer: int = 2
+    """number of transformer blocks"""
+    n_head: int = 2
+    """attention heads per block (must divide d_model)"""
+    max_len: int = 192
+    """most real (non-padding) tokens in one row: size of the position embedding table"""
+    dropout: float = 0.0
+    """dropout on embeddings, attention and residual branches (only in train mode)"""
+    pad_id: int = 0
+    """id emitted after a row stopped and put in place of padding before embedding"""
+
+    def __post_init__(self):
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})")
+
+
+# Named presets: keyword overrides of ToyTransformerConfig (vocab_size comes from the caller).
+PRESETS = {
+    "tiny": dict(d_model=32, n_layer=1, n_head=2),    # ~ 10k params + embeddings: smoke tests
+    "small": dict(d_model=48, n_layer=2, n_head=2),   # the default
+    "base": dict(d_model=64, n_layer=2, n_head=4),    # a bit more capacity, still fast on 2 cores
+}
+
+
+class KVCache:
+    """Preallocated keys and values of one attention layer, (B, nh, S, hs) each, filled up to ``n``."""
+
+    def __init__(self, size: int):
+        self.size, self.n = size, 0
+        self.k: Optional[Tensor] = None
+        self.v: Optional[Tensor] = None
+
+    def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """Write k, v (B, nh, T, hs) at slots [n, n + T) and return all filled slots."""
+        if self.k is None:
+            B, nh, _, hs = k.shape
+            self.k = k.new_empty(B, nh, self.size, hs)   # (B, nh, S, hs)
+            self.v = v.new_empty(B, nh, self.size, hs)
+        T = k.size(2)
+        self.k[:, :, self.n:self.n + T] = k
+        self.v[:, :, self.n:self.n + T] = v
+        self.n += T
+        return self.k[:, :, :self.n], self.v[:, :, :self.n]
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ToyTransformerConfig):
+        super().__init__()
+        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.c_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, attn_mask: Tensor, cache: Optional[KVCache] = None) -> Tensor:
+        """x (B, T, C); attn_mask (B, 1, T, S) bool, True = may attend; S = T without a cache."""
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)   # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)   # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)   # (B, nh, T, hs)
+        if cache is not None:
+            k, v = cache.append(k, v)                                      # (B, nh, S, hs)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)                   # (B, T, C)
+        return self.resid_drop(self.c_proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ToyTransformerConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
+                                 nn.Linear(4 * cfg.d_model, cfg.d_model), nn.Dropout(cfg.dropout))
+
+    def forward(self, x: Tensor, attn_mask: Tensor, cache: Optional[KVCache] = None) -> Tensor:
+        x = x + self.attn(self.ln_1(x), attn_mask, cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class ToyTransformer(nn.Module):
+    """Decoder-only transformer implementing ``TokenPolicy`` (ids in, ids out)."""
+
+    def __init__(self, cfg: ToyTransformerConfig):
+        super().__init__()
+        self.config = cfg
+        self.vocab_size, self.pad_id = cfg.vocab_size, cfg.pad_id
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.h = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight                              # weight tying
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():                            # GPT-2 scaled residual init
+            if name.endswith("attn.c_proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m: nn.Module):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    @property
+    def device(self) -> torch.device:
+        return self.wte.weight.device
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # ---- full-sequence passes -------------------------------------------------------------------
+    def _check(self, tokens: Tensor, mask: Tensor, extra: int = 0):
+        if tokens.dim() != 2 or mask.shape != tokens.shape:
+            raise ValueError(f"tokens {tuple(tokens.shape)} and mask {tuple(mask.shape)} must be the same (B, T)")
+        n = int(mask.sum(1).max()) + extra if mask.numel() else 0
+        if n > self.config.max_len:
+            raise ValueError(f"a row has {n} real tokens, more than max_len={self.config.max_len}")
+
+    def _trunk(self, tokens: Tensor, pos: Tensor, attn_mask: Tensor,
+               caches: Optional[List[KVCache]] = None) -> Tensor:
+        """tokens, pos (B, T); attn_mask (B, 1, T, S) -> final hidden states (B, T, C)."""
+        x = self.drop(self.wte(tokens) + self.wpe(pos))                    # (B, T, C)
+        for i, block in enumerate(self.h):
+            x = block(x, attn_mask, None if caches is None else caches[i])
+        return self.ln_f(x)
+
+    def _prefill(self, tokens: Tensor, mask: Tensor, caches: Optional[List[KVCache]] = None) -> Tensor:
+        mask = mask.to(torch.bool)
+        T = tokens.size(1)
+        tokens = tokens.masked_fill(~mask, self.pad_id)                    # padding ids are arbitrary
+        causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()         # (T, T)
+        eye = torch.eye(T, dtype=torch.bool, device=tokens.device)                       # (T, T)
+        attn = (causal & mask[:, None, :]) | eye                           # (B, T, T) no empty rows
+        return self._trunk(tokens, positions_from_mask(mask), attn[:, None], caches)
+
+    def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
+        """(B, T, C) final (post-LayerNorm) hidden states; values at padding are meaningless."""
+        self._check(tokens, attn_mask)
+        return self._prefill(tokens, attn_mask)
+
+    def forward(self, tokens: Tensor, attn_mask: Optional[Tensor] = None) -> Tensor:
+        """Next-token logits (B, T, V): row b, position t predicts the token after t."""
+        if attn_mask is None:
+            attn_mask = torch.ones_like(tokens, dtype=torch.bool)
+        return self.lm_head(self.hidden(tokens, attn_mask))
+
+    def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
+                 temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+        """Teacher-forced log-prob and entropy (B, T) of each token given its real prefix.
+
+            logp[b, t] = log softmax(logits[b, prev(t)] / temperature | allowed[b, t])[tokens[b, t]]
+
+        where prev(t) is the previous real position; 0 at padding and at each row's first real token.
+        """
+        attn_mask = attn_mask.to(torch.bool)
+        logits = self(tokens, attn_mask)                                   # (B, T, V)
+        B, T, V = logits.shape
+        prev = prev_valid_index(attn_mask)                                 # (B, T)
+        scored = attn_mask & (prev >= 0)                                   # (B, T)
+        logits = logits.gather(1, prev.clamp(min=0)[..., None].expand(B, T, V))   # (B, T, V) shifted
+        logp_all, ent = masked_log_softmax(logits, allowed, temperature)   # (B, T, V), (B, T)
+        ids = tokens.masked_fill(~attn_mask, self.pad_id)
+        logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)             # (B, T)
+        return logp.masked_fill(~scored, 0.0), ent.masked_fill(~scored, 0.0)
+
+    # ---- generation with a KV cache -------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
+                 stop_token: Optional[int] = None, allowed: Optional[Tensor] = None, greedy: bool = False,
+                 generator: Optional[torch.Generator] = None) -> Generation:
+        """Sample up to ``max_new`` tokens per row after ``context`` (B, L); see ``TokenPolicy.generate``.
+
+        The context is prefilled once into per-layer KV caches of L + max_new slots; each new token is
+        then one forward pass of length 1. A step's logp/entropy are of softmax(logits / temperature)
+        restricted to ``allowed`` (also for ``greedy``, which takes its argmax).
+        """
+        context_mask = context_mask.to(torch.bool)
+        self._check(context, context_mask, extra=max_new)
+        B, L = context.shape
+        dev = context.device
+        n_ctx = context_mask.sum(1)                                        # (B,)
+        if not bool((n_ctx > 0).all()):
+            raise ValueError("every row of the context needs at least one real token")
+        caches = [KVCache(L + max_new) for _ in self.h]
+        h = self._prefill(context, context_mask, caches)                   # (B, L, C)
+        idx = torch.arange(L, device=dev).expand(B, L)                     # (B, L)
+        last = torch.where(context_mask, idx, -1).amax(1)                  # (B,) last real position
+        logits = self.lm_head(h[torch.arange(B, device=dev), last])        # (B, V)
+        key_valid = torch.cat([context_mask, context_mask.new_zeros(B, max_new)], 1)      # (B, S)
+
+        tokens = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=dev)      # (B, N)
+        logp = torch.zeros(B, max_new, dtype=logits.dtype, device=dev)                    # (B, N)
+        entropy = torch.zeros_like(logp)                                                  # (B, N)
+        mask = torch.zeros(B, max_new, dtype=torch.bool, device=dev)                      # (B, N)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)                               # (B,)
+        for t in range(max_new):
+            logp_all, ent = masked_log_softmax(logits, allowed_at(allowed, t), temperature)   # (B, V), (B,)
+            if greedy:
+                tok = logp_all.argmax(-1)                                  # (B,)
+            else:
+                tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)   # (B,)
+            live = ~done
+            tokens[:, t] = torch.where(live, tok, self.pad_id)
+            logp[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
+            entropy[:, t] = torch.where(live, ent, 0.0)
+            mask[:, t] = live
+            if stop_token is not None:
+                done = done | (live & (tok == stop_token))
+            if t == max_new - 1 or (stop_token is not None and bool(done.all())):
+                break
+            key_valid[:, L + t] = live
+            pos = (n_ctx + t).clamp(max=self.config.max_len - 1)[:, None]  # (B, 1)
+            h = self._trunk(tokens[:, t:t + 1], pos, key_valid[:, None, None, :L + t + 1], caches)  # (B, 1, C)
+            logits = self.lm_head(h[:, 0])                                 # (B, V)
+        return Generation(tokens=tokens, logp=logp, entropy=entropy, mask=mask)
