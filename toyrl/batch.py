@@ -36,6 +36,7 @@ _REQUIRED = {
     "state_key": ("BH", "long"),
 }
 _OPTIONAL = {
+    "obs_mask": ("BT", "bool"),
     "ref_logp": ("BT", "float"),
     "rollout_logp": ("BT", "float"),
     "entropy": ("BT", "float"),
@@ -87,6 +88,9 @@ class TurnBatch:
     """(B,) long: rollouts that started from the same initial state share a group id."""
     state_key: torch.Tensor
     """(B, H) long: canonical hash of the environment state at the start of each turn."""
+    obs_mask: Optional[torch.Tensor] = None
+    """(B, T) bool: True on environment observation tokens (not the prompt, not padding); what the
+    env-token masking switch puts into the loss when it is off."""
     ref_logp: Optional[torch.Tensor] = None
     """(B, T) float: reference-policy log-probs, for the KL term."""
     rollout_logp: Optional[torch.Tensor] = None

@@ -10,14 +10,17 @@ import gymnasium as gym
 from .bandit_chain import BanditChainEnv, BanditCore
 from .core import VOID, BatchedCore, CoreEnv, mix64
 from .gridworld import GridCore, GridWorldEnv
+from .mock_search import MockSearchEnv, SearchCore
 
 ENVS = {
     "gridworld": ("toyrl/GridWorld-v0", GridCore),
     "bandit_chain": ("toyrl/BanditChain-v0", BanditCore),
+    "mock_search": ("toyrl/MockSearch-v0", SearchCore),
 }
 _ENTRY = {
     "toyrl/GridWorld-v0": "toyrl.envs.gridworld:GridWorldEnv",
     "toyrl/BanditChain-v0": "toyrl.envs.bandit_chain:BanditChainEnv",
+    "toyrl/MockSearch-v0": "toyrl.envs.mock_search:MockSearchEnv",
 }
 
 
@@ -36,4 +39,5 @@ def make_core(name: str, num_envs: int, seed=None, **kwargs) -> BatchedCore:
 
 
 __all__ = ["ENVS", "VOID", "BatchedCore", "CoreEnv", "mix64", "register_envs", "make_core",
-           "GridCore", "GridWorldEnv", "BanditCore", "BanditChainEnv"]
+           "GridCore", "GridWorldEnv", "BanditCore", "BanditChainEnv",
+           "SearchCore", "MockSearchEnv"]

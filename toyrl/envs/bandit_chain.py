@@ -23,7 +23,7 @@ class BanditCore(BatchedCore):
 
     def __init__(self, num_envs: int, *, stages: int = 4, arms: int = 4, good_arms: int = 1,
                  on_wrong: str = "stay", dense: bool = False, max_turns: Optional[int] = None,
-                 void_penalty: float = 0.0, seed: Optional[int] = None):
+                 void_penalty: float = 0.0, layout_seed: Optional[int] = None, seed: Optional[int] = None):
         super().__init__(num_envs, seed)
         if stages < 1 or arms < 2 or not 1 <= good_arms < arms:
             raise ValueError(f"need stages >= 1, arms >= 2 and 1 <= good_arms < arms, got "
@@ -36,8 +36,15 @@ class BanditCore(BatchedCore):
         self.void_penalty = float(void_penalty)
         self.n_actions = arms
         self.task_dim = stages * arms
+        self.layout_seed = layout_seed
 
     def sample_tasks(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.layout_seed is not None:        # one fixed layout: a bandit the policy can learn by heart
+            one = self._draw_layouts(np.random.default_rng(self.layout_seed), 1)
+            return np.repeat(one, n, 0)
+        return self._draw_layouts(rng, n)
+
+    def _draw_layouts(self, rng: np.random.Generator, n: int) -> np.ndarray:
         # per stage, a random set of good_arms arms advance: argsort of uniforms picks them without loops
         ranks = np.argsort(rng.random((n, self.K, self.M)), axis=2).argsort(axis=2)   # (n, K, M)
         return (ranks < self.good_arms).astype(np.int64).reshape(n, -1)                # (n, K*M)
@@ -53,6 +60,7 @@ class BanditCore(BatchedCore):
             "stage": np.zeros(N, np.int64),
             "turn": np.zeros(N, np.int64),
             "done": np.zeros(N, bool),
+            "last": np.full(N, 3, np.int64),                       # feedback: 0 right, 1 wrong, 2 void, 3 none
         }
         return self.obs()
 
@@ -69,6 +77,7 @@ class BanditCore(BatchedCore):
         if self.on_wrong == "restart":
             new_stage = np.where(wrong, 0, new_stage)
         st["stage"] = new_stage
+        st["last"] = np.where(void, 2, np.where(right, 0, 1)) * live + 3 * ~live
         st["turn"] = st["turn"] + live
         success = live & (new_stage >= self.K)
         terminated = success | (wrong if self.on_wrong == "end" else np.zeros(N, bool))
@@ -83,6 +92,19 @@ class BanditCore(BatchedCore):
 
     def state_keys(self) -> np.ndarray:
         return mix64(self.state["layout_hash"], self.state["stage"])
+
+    # ---- token view for a small-vocabulary policy: feedback ids 0..3, then stage ids 4..4+K ----
+    @property
+    def obs_vocab_size(self) -> int:
+        return 4 + self.K + 1
+
+    def prompt_tokens(self, i: int = 0) -> list[int]:
+        """The start stage."""
+        return [4 + int(self.state["stage"][i])]
+
+    def obs_tokens(self, i: int = 0) -> list[int]:
+        """Feedback on the pull (right / wrong / void) and the new stage."""
+        return [int(self.state["last"][i]), 4 + int(self.state["stage"][i])]
 
     def render_text(self, i: int = 0) -> str:
         st = self.state
@@ -130,7 +152,8 @@ class BanditChainEnv(CoreEnv):
 
     ## Arguments
     ``stages=4``, ``arms=4``, ``good_arms=1``, ``on_wrong="stay"``, ``dense=False``,
-    ``max_turns=None``, ``void_penalty=0.0``.
+    ``max_turns=None``, ``void_penalty=0.0``, ``layout_seed=None`` (an int fixes one layout for
+    every task, drawn from that seed: a bandit to learn by heart rather than to explore per task).
 
     ## Version History
     - v0: first version.

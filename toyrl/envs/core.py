@@ -128,6 +128,8 @@ class BatchedCore:
 
     def _check_tasks(self, tasks) -> np.ndarray:
         t = np.asarray(tasks, dtype=np.int64)
+        if t.ndim == 0:
+            t = t.reshape(1, 1)
         if t.ndim == 1:
             t = t[None]
         if t.shape[0] == 1 and self.num_envs > 1:

@@ -152,6 +152,19 @@ class GridCore(BatchedCore):
     def state_keys(self) -> np.ndarray:
         return mix64(self.state["map_hash"], self.state["pos"])
 
+    # ---- token view for a small-vocabulary policy: tile ids 0..3, then cell ids 4..4+n*n-1 ----
+    @property
+    def obs_vocab_size(self) -> int:
+        return 4 + self.size * self.size
+
+    def prompt_tokens(self, i: int = 0) -> list[int]:
+        """The map (n*n tile ids) followed by the start cell."""
+        return self.state["tiles"][i].tolist() + [4 + int(self.state["pos"][i])]
+
+    def obs_tokens(self, i: int = 0) -> list[int]:
+        """The cell the agent is in after the turn."""
+        return [4 + int(self.state["pos"][i])]
+
     def render_text(self, i: int = 0) -> str:
         n, st = self.size, self.state
         chars = [TILE_CHARS[t] for t in st["tiles"][i]]
