@@ -1,18 +1,25 @@
-"""The ``toyrl`` command line: ``toyrl envs | bench NAME``.
+"""The ``toyrl`` command line: ``toyrl envs | train | sweep | demo | bench NAME``.
 
-Every subcommand is a thin layer over library functions; an unknown name prints one line listing
-the valid names and exits with code 2 (no traceback).
+Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``); an unknown
+name prints one line listing the valid names and exits with code 2 (no traceback).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
+import json
+import os
 import sys
+from dataclasses import fields
+from pathlib import Path
 
 BENCHES = {
     "envs": "toyrl.bench.envs",
     "credit": "toyrl.bench.credit",
+    "train": "toyrl.bench.train",
 }
+ENV_NAMES = ("gridworld", "bandit_chain", "mock_search")
 
 
 class UsageError(Exception):
@@ -27,6 +34,101 @@ def choose(kind: str, name: str, valid) -> str:
     return name
 
 
+def parse_kv(items, what: str) -> dict:
+    """["gamma=0.9", "norm=mean", "fast=true"] -> {"gamma": 0.9, "norm": "mean", "fast": True}."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"{what} takes KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+# ---- train flags, shared by train and sweep ---------------------------------------------------------
+def add_train_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
+    n = "+" if multi else None
+    p.add_argument("--env", default=["gridworld"] if multi else "gridworld", nargs=n, help="|".join(ENV_NAMES))
+    p.add_argument("--env-kw", action="append", metavar="KEY=VALUE", help="env argument, e.g. map_name=\"4x4\"")
+    p.add_argument("--policy", default="tiny", help="toy transformer preset")
+    p.add_argument("--estimator", default=["grpo"] if multi else "grpo", nargs=n)
+    p.add_argument("--est-kw", action="append", metavar="KEY=VALUE", help="estimator hyperparameter")
+    p.add_argument("--clip", default=["ppo"] if multi else "ppo", nargs=n)
+    p.add_argument("--clip-kw", action="append", metavar="KEY=VALUE", help="clip-scheme hyperparameter")
+    p.add_argument("--ratio", default=None, nargs=n, help="token|turn|sequence|trajectory")
+    p.add_argument("--agg", default=None, help="loss aggregation")
+    p.add_argument("--kl", default=None, help="KL estimator (k1|abs|k2|k3|...)")
+    p.add_argument("--kl-coef", type=float, default=0.0)
+    p.add_argument("--no-mask-env-tokens", action="store_true", help="train on observation tokens too")
+    p.add_argument("--filter", action="append", default=[], help="filter name (repeatable)")
+    p.add_argument("--filter-kw", action="append", metavar="FILTER.KEY=VALUE")
+    p.add_argument("--context", default=["full"] if multi else "full", nargs=n, help="full|last_k|summary")
+    p.add_argument("--context-k", type=int, default=2)
+    p.add_argument("--recompute", default="matched", help="matched|flat")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=8, help="tasks per step")
+    p.add_argument("--epochs", type=int, default=1, help="PPO epochs per batch")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--max-turns", type=int, default=None)
+    p.add_argument("--entropy-coef", type=float, default=0.0)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--staleness", type=int, default=0)
+    p.add_argument("--bc-steps", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def config_from(args, **override):
+    """A validated TrainConfig from parsed flags (``override`` replaces single fields)."""
+    from .credit import ESTIMATORS
+    from .objectives import CLIP_SCHEMES
+    from .filters import FILTERS
+    from .train import TrainConfig
+    v = {**vars(args), **override}
+    choose("env", v["env"], ENV_NAMES)
+    choose("estimator", v["estimator"], ESTIMATORS)
+    choose("clip scheme", v["clip"], CLIP_SCHEMES)
+    choose("context policy", v["context"], ("full", "last_k", "summary"))
+    choose("recompute mode", v["recompute"], ("matched", "flat"))
+    if v["ratio"] is not None:
+        choose("ratio level", v["ratio"], ("token", "turn", "sequence", "trajectory"))
+    for f in v["filter"]:
+        choose("filter", f, FILTERS)
+    fkw = {}
+    for item in v.get("filter_kw") or []:
+        name, _, rest = item.partition(".")
+        fkw.setdefault(choose("filter", name, FILTERS), {}).update(parse_kv([rest], "--filter-kw"))
+    cfg = TrainConfig(
+        env=v["env"], env_kwargs=parse_kv(v["env_kw"], "--env-kw"), policy=v["policy"],
+        estimator=v["estimator"], estimator_kwargs=parse_kv(v["est_kw"], "--est-kw"), clip=v["clip"],
+        clip_kwargs=parse_kv(v["clip_kw"], "--clip-kw"), ratio=v["ratio"], agg=v["agg"], kl=v["kl"],
+        kl_coef=v["kl_coef"], mask_env_tokens=not v["no_mask_env_tokens"], filters=list(v["filter"]),
+        filter_kwargs=fkw, context=v["context"], context_k=v["context_k"], recompute=v["recompute"],
+        group_size=v["group_size"], prompts_per_step=v["prompts"], ppo_epochs=v["epochs"], lr=v["lr"],
+        steps=v["steps"], max_turns=v["max_turns"], entropy_coef=v["entropy_coef"],
+        temperature=v["temperature"], staleness=v["staleness"], bc_steps=v["bc_steps"],
+        seed=v.get("seed", 0), device=v["device"], progress=False if v["no_progress"] else None)
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return cfg
+
+
+SUMMARY_KEYS = ("reward_mean", "success_rate", "reward_std", "zero_var_frac", "grad_norm", "clip_frac",
+                "ratio_max", "void_turn_rate")
+
+
+def summarize(rows, last: int = 10) -> dict:
+    """Mean of the summary metrics over the last ``last`` rows."""
+    tail = rows[-last:]
+    return {k: sum(r.get(k) or 0.0 for r in tail) / max(len(tail), 1) for k in SUMMARY_KEYS}
+
+
 def cmd_envs(args) -> int:
     import gymnasium as gym
 
@@ -34,7 +136,54 @@ def cmd_envs(args) -> int:
     for name, (gym_id, core_cls) in ENVS.items():
         env = gym.make(gym_id).unwrapped
         doc = (env.__doc__ or "").strip().splitlines()[0]
-        print(f"{name:14s} {gym_id:22s} actions={env.action_space}  obs={env.observation_space}  {doc}")
+        print(f"{name:14s} {gym_id:22s} actions={env.action_space.n:<4d} {doc}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .train import train
+    cfg = config_from(args)
+    log = train(cfg, args.out)
+    s = summarize(log.rows)
+    print(f"{cfg.estimator}/{cfg.clip} on {cfg.env}, {cfg.steps} steps, seed {cfg.seed}: "
+          + ", ".join(f"{k}={v:.3f}" for k, v in s.items()) + (f"  -> {args.out}" if args.out else ""))
+    return 0
+
+
+def _sweep_one(job):
+    import torch
+    torch.set_num_threads(1)
+    from .train import train
+    cfg, path = job
+    log = train(cfg, path)
+    return path, summarize(log.rows)
+
+
+def cmd_sweep(args) -> int:
+    out_dir = Path(args.out_dir)
+    jobs = []
+    for env, est, clip, ratio, ctx, seed in itertools.product(args.env, args.estimator, args.clip,
+                                                              args.ratio or [None], args.context, args.seeds):
+        cfg = config_from(args, env=env, estimator=est, clip=clip, ratio=ratio, context=ctx, seed=seed,
+                          no_progress=True)
+        name = f"{env}__{est}__{clip}" + (f"__{ratio}" if ratio else "") + f"__{ctx}__seed{seed}.jsonl"
+        jobs.append((cfg, str(out_dir / name)))
+    print(f"sweep: {len(jobs)} runs on {args.workers} worker(s) -> {out_dir}/")
+    if args.workers <= 1:
+        results = [_sweep_one(j) for j in jobs]
+    else:
+        import multiprocessing as mp
+        with mp.get_context("spawn").Pool(args.workers) as pool:
+            results = pool.map(_sweep_one, jobs)
+    for path, s in results:
+        print(f"{Path(path).name:60s} reward={s['reward_mean']:.3f} success={s['success_rate']:.3f} "
+              f"std={s['reward_std']:.3f}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+    run_demo(out=args.out, steps=args.steps, seed=args.seed)
     return 0
 
 
@@ -49,6 +198,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toyrl", description="Multi-turn agent RL, small enough to see.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list the environments").set_defaults(func=cmd_envs)
+    t = sub.add_parser("train", help="train one configuration, write a JSON-lines run log")
+    add_train_flags(t)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", default=None, help="run log path (JSON lines)")
+    t.set_defaults(func=cmd_train)
+    s = sub.add_parser("sweep", help="configurations x seeds in parallel processes, one log each")
+    add_train_flags(s, multi=True)
+    s.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    s.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
+    s.add_argument("--out-dir", default="runs")
+    s.set_defaults(func=cmd_sweep)
+    d = sub.add_parser("demo", help="a short GRPO vs GiGPO run: summary table and a figure")
+    d.add_argument("--steps", type=int, default=None)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--out", default="toyrl_demo.png", help="figure path")
+    d.set_defaults(func=cmd_demo)
     b = sub.add_parser("bench", help=f"run a benchmark ({', '.join(BENCHES)})")
     b.add_argument("name")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")

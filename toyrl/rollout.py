@@ -3,9 +3,10 @@
 Dimension legend: B rollouts (= P tasks x G), T flat token positions, H turns, L context length,
 M new tokens per turn, V vocabulary.
 
-Each turn the policy reads a context and writes up to M tokens: a few *thinking* tokens, one
-*action* token and end-of-turn (EOT). A turn with no action token, two of them, or no EOT is a
-**void turn**: the env gets ``VOID`` and the event is recorded. The env answers with observation
+Each turn the policy reads a context and writes up to M = think_max + 1 tokens: a few *thinking*
+tokens, then one *action* token, which ends the turn. A turn that ends with end-of-turn (EOT, an
+empty reply) or runs out of tokens before any action is a **void turn**: the env gets ``VOID``
+and the event is recorded. The env answers with observation
 tokens (SEP, then the env's own ``obs_tokens``), which are interleaved into the history.
 
 Context policies decide what the policy reads at turn k:
@@ -61,6 +62,11 @@ class Vocab:
     def size(self) -> int:
         return self.obs0 + self.n_obs
 
+    def stop_tokens(self, device=None) -> torch.Tensor:
+        """(n_actions + 1,) long: the tokens that end a turn (every action token, and EOT)."""
+        return torch.cat([torch.arange(self.act0, self.obs0, device=device),
+                          torch.tensor([self.EOT], device=device)])
+
     def policy_tokens(self, device=None) -> torch.Tensor:
         """(V,) bool: the tokens a policy turn may contain (thinking, actions, EOT)."""
         allowed = torch.zeros(self.size, dtype=torch.bool, device=device)
@@ -69,11 +75,12 @@ class Vocab:
         return allowed
 
     def parse_turn(self, gen: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Actions (B,) from generated turns (B, M): the single action token of a turn closed by EOT,
-        else ``VOID``. Example (act0=6): [[4, 7, 2], [6, 6, 2], [5, 4, 4]] -> [1, VOID, VOID]."""
+        """Actions (B,) from generated turns (B, M): the turn's one action token, else ``VOID`` (an
+        EOT, an observation token, a second action, or no action at all).
+        Example (think 4-5, act0=6, EOT=2): [[4, 7, 0], [4, 2, 0], [5, 4, 5]] -> [1, VOID, VOID]."""
         is_act = mask & (gen >= self.act0) & (gen < self.obs0)                 # (B, M)
-        closed = (mask & (gen == self.EOT)).any(1)                             # (B,)
-        valid = closed & (is_act.sum(1) == 1)
+        other = mask & ~is_act & ((gen < self.think0) | (gen >= self.act0))    # EOT, specials, obs tokens
+        valid = (is_act.sum(1) == 1) & ~other.any(1)
         action = ((gen - self.act0) * is_act).sum(1)
         return torch.where(valid, action, torch.full_like(action, VOID))
 
@@ -157,8 +164,9 @@ def rollout(policy, core: BatchedCore, tasks: np.ndarray, group: np.ndarray, *, 
     if len(tasks) != B or len(group) != B:
         raise ValueError(f"tasks and group must have B={B} rows, got {len(tasks)} and {len(group)}")
     device = policy.device
-    M = think_max + 2
+    M = think_max + 1
     allowed = vocab.policy_tokens(device) if constrain else None
+    stops = vocab.stop_tokens(device)
     core.reset(tasks)
     prompts = [[vocab.BOS] + [vocab.obs0 + t for t in core.prompt_tokens(i)] for i in range(B)]
     turns: list[list[tuple[list[int], list[int]]]] = [[] for _ in range(B)]
@@ -179,7 +187,7 @@ def rollout(policy, core: BatchedCore, tasks: np.ndarray, group: np.ndarray, *, 
         tmask[live, h] = True
         ctx_lists = [_context(prompts[b], turns[b], context_k, context, vocab) for b in live]
         ctx, ctx_mask = left_pad(ctx_lists, vocab.PAD, device)                # (n, L)
-        out = policy.generate(ctx, ctx_mask, M, temperature, stop_token=vocab.EOT, allowed=allowed,
+        out = policy.generate(ctx, ctx_mask, M, temperature, stop_token=stops, allowed=allowed,
                               greedy=greedy, generator=generator)
         act = vocab.parse_turn(out.tokens, out.mask).cpu().numpy()
         actions = np.full(B, VOID, dtype=np.int64)

@@ -18,10 +18,11 @@ from typing import Optional
 
 import torch
 
-from ..segments import dense_index, segment_count, segment_mean, segment_std, segment_sum
+from ..segments import dense_index, segment_count, segment_sum
 
 __all__ = ["check", "group_norm", "group_ids", "masked_whiten", "place_at_turn_end", "broadcast_turns",
-           "next_valid", "segment_sizes", "segment_total"]
+           "next_valid", "segment_sizes", "segment_total", "turn_group_norm",
+           "last_turn", "turns_to_go"]
 
 
 def check(name: str, x, spec: str, dims: dict, *, kind: Optional[str] = None) -> dict:
@@ -54,13 +55,16 @@ def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std",
     """
     if norm not in ("std", "mean"):
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
-    mean = segment_mean(x, idx, S)                                       # (S,)
+    n = segment_count(idx, S, x.dtype)                                   # (S,)
+    mean = segment_sum(x, idx, S) / n.clamp(min=1)                       # (S,)
     centered = x - mean[idx]                                             # (N,)
-    n = segment_count(idx, S, x.dtype)[idx]                              # (N,)
-    centered = torch.where(n > 1, centered, torch.zeros_like(centered))  # singleton -> exactly 0
+    centered = torch.where(n[idx] > 1, centered, torch.zeros_like(centered))   # singleton -> exactly 0
     if norm == "mean":
         return centered
-    return centered / (segment_std(x, idx, S, ddof=ddof)[idx] + eps)
+    var = segment_sum(centered * centered, idx, S) / (n - ddof).clamp(min=1)
+    std = torch.where(n > ddof, var, torch.zeros_like(var)).sqrt()       # (S,) two-pass, as segment_std
+    den = std[idx] + eps
+    return centered / den.masked_fill(den == 0, 1.0)                    # eps=0 and std 0: stays 0
 
 
 def group_ids(group: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -68,17 +72,19 @@ def group_ids(group: torch.Tensor) -> tuple[torch.Tensor, int]:
     return dense_index(group)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8) -> torch.Tensor:
-    """Whiten over masked entries: (x - mu) * rsqrt(var + eps), var unbiased; 0 outside the mask.
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, zero_outside: bool = True) -> torch.Tensor:
+    """Whiten with masked statistics: (x - mu) * rsqrt(var + eps), var unbiased; 0 outside the mask.
 
-    verl's ``masked_whiten`` (which raises for fewer than 2 masked entries); here a count < 2
-    uses var 0, so a lone entry maps to 0. Example: x [1., 2., 3.], all masked -> [-1., 0., 1.].
+    verl's ``masked_whiten`` (which raises for fewer than 2 masked entries, and keeps the whitened
+    values outside the mask: ``zero_outside=False``); here a count < 2 uses var 0, so a lone entry
+    maps to 0. Example: x [1., 2., 3.], all masked -> [-1., 0., 1.].
     """
     m = mask.to(x.dtype)
     n = m.sum()
     mu = (x * m).sum() / n.clamp(min=1)
     var = (((x - mu) * m) ** 2).sum() / (n - 1).clamp(min=1)
-    return (x - mu) * torch.rsqrt(var + eps) * m
+    out = (x - mu) * torch.rsqrt(var + eps)
+    return out * m if zero_outside else out
 
 
 def place_at_turn_end(x_BH: torch.Tensor, turn_id: torch.Tensor, policy_mask: torch.Tensor) -> torch.Tensor:
@@ -129,3 +135,32 @@ def segment_sizes(idx: torch.Tensor, S: int) -> torch.Tensor:
 def segment_total(x: torch.Tensor, idx: torch.Tensor, S: int) -> torch.Tensor:
     """Segment sum gathered back per row -> (N,)."""
     return segment_sum(x, idx, S)[idx]
+
+
+def turn_group_norm(x_BH: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *, norm: str = "std",
+                    ddof: int = 1, eps: float = 1e-6) -> torch.Tensor:
+    """Normalize per (group, turn index) cell over valid turns -> (B, H), 0 on invalid turns.
+
+    A turn index present in only part of a group is normalized over those that have it; a
+    singleton cell gives 0. Example: x [[1., 5.], [0., 7.]] one group, all valid, "mean" ->
+    [[0.5, -1.], [-0.5, 1.]].
+    """
+    B, H = x_BH.shape
+    gi, nG = dense_index(group)
+    cell = gi[:, None] * H + torch.arange(H, device=x_BH.device)                # (B, H)
+    cell = torch.where(turn_mask, cell, torch.full_like(cell, nG * H))          # invalid -> dummy cell
+    z = group_norm(x_BH.reshape(-1), cell.reshape(-1), nG * H + 1, norm=norm, ddof=ddof, eps=eps)
+    return z.view(B, H) * turn_mask.to(x_BH.dtype)
+
+
+def last_turn(turn_mask: torch.Tensor) -> torch.Tensor:
+    """One-hot (B, H) bool of each rollout's last valid turn. Example: [[1, 1, 0]] -> [[0, 1, 0]]."""
+    k = torch.arange(turn_mask.shape[1], device=turn_mask.device).expand_as(turn_mask)
+    kmax = torch.where(turn_mask, k, torch.full_like(k, -1)).amax(1, keepdim=True) if turn_mask.shape[1] \
+        else torch.full_like(k[:, :1], -1)
+    return turn_mask & (k == kmax)
+
+
+def turns_to_go(turn_mask: torch.Tensor) -> torch.Tensor:
+    """Number of valid turns from k to the end -> (B, H) long. Example: [[1, 0, 1]] -> [[2, 1, 1]]."""
+    return turn_mask.long().flip(1).cumsum(1).flip(1)

@@ -23,8 +23,8 @@ transformer in ``toy.py``; a Hugging Face adapter follows the same protocol.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Optional, Protocol, Tuple, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -44,6 +44,9 @@ class Generation:
     """(B, N) float: entropy of the distribution each token was drawn from; 0 where masked."""
     mask: Tensor
     """(B, N) bool: True for real generated tokens, the stop token included."""
+    past: Optional[Any] = field(default=None, repr=False)
+    """opaque state (e.g. a KV cache) to continue from: pass it as ``generate(new_ctx, ..., past=past)``
+    with only the tokens that came after these; None if the policy does not support it."""
 
     @property
     def lengths(self) -> Tensor:
@@ -66,13 +69,16 @@ class TokenPolicy(Protocol):
         ...
 
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
-                 stop_token: Optional[int] = None, allowed: Optional[Tensor] = None, greedy: bool = False,
-                 generator: Optional[torch.Generator] = None) -> Generation:
-        """Sample up to ``max_new`` tokens after ``context`` (B, L) (left-padded; ``context_mask`` False
-        at padding; every row needs at least one real token). ``allowed``: (V,), (B, V) or (B, N, V)
-        bool, tokens that may be sampled (per step for the 3-d form). A row stops after emitting
-        ``stop_token``; later slots are ``pad_id`` with mask False. Sampling uses
-        ``torch.multinomial(..., generator=generator)``; ``greedy`` takes the argmax instead. No grad."""
+                 stop_token: Union[None, int, Sequence[int], Tensor] = None, allowed: Optional[Tensor] = None, greedy: bool = False,
+                 generator: Optional[torch.Generator] = None, past: Optional[Any] = None) -> Generation:
+        """Sample up to ``max_new`` tokens after ``context`` (B, L) (usually left-padded; ``context_mask``
+        False at padding, any pattern works; every row needs at least one real token). ``allowed``:
+        (V,), (B, V) or (B, N, V) bool, tokens that may be sampled (per step for the 3-d form). A row
+        stops after emitting ``stop_token`` (an id, or any of a sequence / 1-D tensor of ids); later slots are ``pad_id`` with mask False. Sampling uses
+        ``torch.multinomial(..., generator=generator)`` (a generator on the policy's device);
+        ``greedy`` takes the argmax instead. ``temperature`` > 0 divides the logits. No grad.
+        ``past``: a previous call's ``Generation.past``; then ``context`` holds only the new tokens
+        that follow that call's generated tokens, and the result equals a call on the whole prefix."""
         ...
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, prev_valid_index
 
-__all__ = ["ToyTransformerConfig", "ToyTransformer", "PRESETS"]
+__all__ = ["ToyTransformerConfig", "ToyTransformer", "ToyPast", "PRESETS"]
 
 
 @dataclass
@@ -63,10 +63,14 @@ PRESETS = {
 
 
 class KVCache:
-    """Preallocated keys and values of one attention layer, (B, nh, S, hs) each, filled up to ``n``."""
+    """Preallocated keys and values of one attention layer, (B, nh, S, hs) each, filled up to ``n``.
 
-    def __init__(self, size: int):
+    Optionally starts from a prefix (k, v) (B, nh, n0, hs) of an earlier call, copied, never mutated.
+    """
+
+    def __init__(self, size: int, k: Optional[Tensor] = None, v: Optional[Tensor] = None):
         self.size, self.n = size, 0
+        self.prefix = (k, v) if k is not None else None
         self.k: Optional[Tensor] = None
         self.v: Optional[Tensor] = None
 
@@ -76,11 +80,40 @@ class KVCache:
             B, nh, _, hs = k.shape
             self.k = k.new_empty(B, nh, self.size, hs)   # (B, nh, S, hs)
             self.v = v.new_empty(B, nh, self.size, hs)
+            if self.prefix is not None:
+                self.n = self.prefix[0].size(2)
+                self.k[:, :, :self.n], self.v[:, :, :self.n] = self.prefix
+                self.prefix = None
         T = k.size(2)
         self.k[:, :, self.n:self.n + T] = k
         self.v[:, :, self.n:self.n + T] = v
         self.n += T
         return self.k[:, :, :self.n], self.v[:, :, :self.n]
+
+
+@dataclass
+class ToyPast:
+    """Where a ``generate`` call left off (``Generation.past``), so the next turn reads only new tokens."""
+    k: List[Tensor]
+    """per layer, keys (B, nh, n, hs) of every token fed so far"""
+    v: List[Tensor]
+    """per layer, values (B, nh, n, hs)"""
+    key_valid: Tensor
+    """(B, n) bool: which of those n slots are real tokens"""
+    n_real: Tensor
+    """(B,) long: real tokens fed so far (the next real token's position)"""
+    logits: Tensor
+    """(B, V): next-token logits after each row's last real fed token"""
+    pending: Tensor
+    """(B, 1) long: the last generated token, sampled but not yet fed"""
+    pending_mask: Tensor
+    """(B, 1) bool: whether ``pending`` is real"""
+
+    def select(self, rows: Tensor) -> "ToyPast":
+        """The state of a subset (or reordering) of rows, e.g. of the episodes still running."""
+        return ToyPast(k=[k[rows] for k in self.k], v=[v[rows] for v in self.v], key_valid=self.key_valid[rows],
+                       n_real=self.n_real[rows], logits=self.logits[rows], pending=self.pending[rows],
+                       pending_mask=self.pending_mask[rows])
 
 
 class CausalSelfAttention(nn.Module):
@@ -171,14 +204,20 @@ class ToyTransformer(nn.Module):
             x = block(x, attn_mask, None if caches is None else caches[i])
         return self.ln_f(x)
 
-    def _prefill(self, tokens: Tensor, mask: Tensor, caches: Optional[List[KVCache]] = None) -> Tensor:
+    def _prefill(self, tokens: Tensor, mask: Tensor, caches: Optional[List[KVCache]] = None,
+                 past: Optional[ToyPast] = None) -> Tensor:
+        """Hidden states (B, T, C) of a chunk of tokens, after the tokens of ``past`` if given."""
         mask = mask.to(torch.bool)
-        T = tokens.size(1)
+        B, T = tokens.shape
         tokens = tokens.masked_fill(~mask, self.pad_id)                    # padding ids are arbitrary
+        pos = positions_from_mask(mask)                                    # (B, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()         # (T, T)
         eye = torch.eye(T, dtype=torch.bool, device=tokens.device)                       # (T, T)
         attn = (causal & mask[:, None, :]) | eye                           # (B, T, T) no empty rows
-        return self._trunk(tokens, positions_from_mask(mask), attn[:, None], caches)
+        if past is not None:
+            pos = pos + past.n_real[:, None]
+            attn = torch.cat([past.key_valid[:, None, :].expand(B, T, -1), attn], 2)    # (B, T, n + T)
+        return self._trunk(tokens, pos, attn[:, None], caches)
 
     def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
         """(B, T, C) final (post-LayerNorm) hidden states; values at padding are meaningless."""
@@ -213,27 +252,48 @@ class ToyTransformer(nn.Module):
     # ---- generation with a KV cache -------------------------------------------------------------
     @torch.no_grad()
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
-                 stop_token: Optional[int] = None, allowed: Optional[Tensor] = None, greedy: bool = False,
-                 generator: Optional[torch.Generator] = None) -> Generation:
+                 stop_token=None, allowed: Optional[Tensor] = None, greedy: bool = False,
+                 generator: Optional[torch.Generator] = None, past: Optional[ToyPast] = None) -> Generation:
         """Sample up to ``max_new`` tokens per row after ``context`` (B, L); see ``TokenPolicy.generate``.
+
+        ``stop_token`` is an id, a sequence of ids or a 1-D tensor of ids: a row stops after any of them.
 
         The context is prefilled once into per-layer KV caches of L + max_new slots; each new token is
         then one forward pass of length 1. A step's logp/entropy are of softmax(logits / temperature)
-        restricted to ``allowed`` (also for ``greedy``, which takes its argmax).
+        restricted to ``allowed`` (also for ``greedy``, which takes its argmax). With ``past`` (the
+        previous turn's ``Generation.past``) only the new context tokens are run through the model.
         """
+        if max_new < 1 or temperature <= 0:
+            raise ValueError(f"need max_new >= 1 and temperature > 0 (use greedy=True for argmax), "
+                             f"got {max_new}, {temperature}")
         context_mask = context_mask.to(torch.bool)
-        self._check(context, context_mask, extra=max_new)
+        stops = None if stop_token is None else torch.as_tensor(stop_token, device=context.device).reshape(-1)
+        if context.dim() != 2 or context_mask.shape != context.shape:
+            raise ValueError(f"context {tuple(context.shape)} and context_mask {tuple(context_mask.shape)} "
+                             "must be the same (B, L)")
+        if past is not None:                                               # feed the pending token first
+            context = torch.cat([past.pending, context], 1)
+            context_mask = torch.cat([past.pending_mask, context_mask], 1)
         B, L = context.shape
         dev = context.device
-        n_ctx = context_mask.sum(1)                                        # (B,)
-        if not bool((n_ctx > 0).all()):
+        n0 = 0 if past is None else past.key_valid.size(1)                 # cached slots
+        n_ctx = context_mask.sum(1) + (0 if past is None else past.n_real)    # (B,) real tokens so far
+        if past is None and not bool((n_ctx > 0).all()):
             raise ValueError("every row of the context needs at least one real token")
-        caches = [KVCache(L + max_new) for _ in self.h]
-        h = self._prefill(context, context_mask, caches)                   # (B, L, C)
+        if int(n_ctx.max()) + max_new > self.config.max_len:
+            raise ValueError(f"context + max_new = {int(n_ctx.max()) + max_new} real tokens > max_len="
+                             f"{self.config.max_len}")
+        S0 = n0 + L                                                        # slot of the first new token
+        caches = [KVCache(S0 + max_new, *(() if past is None else (past.k[i], past.v[i])))
+                  for i in range(len(self.h))]
+        h = self._prefill(context, context_mask, caches, past)            # (B, L, C)
         idx = torch.arange(L, device=dev).expand(B, L)                     # (B, L)
         last = torch.where(context_mask, idx, -1).amax(1)                  # (B,) last real position
-        logits = self.lm_head(h[torch.arange(B, device=dev), last])        # (B, V)
-        key_valid = torch.cat([context_mask, context_mask.new_zeros(B, max_new)], 1)      # (B, S)
+        logits = self.lm_head(h[torch.arange(B, device=dev), last.clamp(min=0)])          # (B, V)
+        if past is not None:                                               # rows with no new real token
+            logits = torch.where((last >= 0)[:, None], logits, past.logits)
+        key_valid = torch.cat([context_mask.new_ones(B, 0) if past is None else past.key_valid,
+                               context_mask, context_mask.new_zeros(B, max_new)], 1)      # (B, S)
 
         tokens = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=dev)      # (B, N)
         logp = torch.zeros(B, max_new, dtype=logits.dtype, device=dev)                    # (B, N)
@@ -251,12 +311,15 @@ class ToyTransformer(nn.Module):
             logp[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
             entropy[:, t] = torch.where(live, ent, 0.0)
             mask[:, t] = live
-            if stop_token is not None:
-                done = done | (live & (tok == stop_token))
-            if t == max_new - 1 or (stop_token is not None and bool(done.all())):
+            if stops is not None:
+                done = done | (live & torch.isin(tok, stops))
+            if t == max_new - 1 or (stops is not None and bool(done.all())):
                 break
-            key_valid[:, L + t] = live
+            key_valid[:, S0 + t] = live
             pos = (n_ctx + t).clamp(max=self.config.max_len - 1)[:, None]  # (B, 1)
-            h = self._trunk(tokens[:, t:t + 1], pos, key_valid[:, None, None, :L + t + 1], caches)  # (B, 1, C)
-            logits = self.lm_head(h[:, 0])                                 # (B, V)
-        return Generation(tokens=tokens, logp=logp, entropy=entropy, mask=mask)
+            h = self._trunk(tokens[:, t:t + 1], pos, key_valid[:, None, None, :S0 + t + 1], caches)  # (B, 1, C)
+            logits = torch.where(live[:, None], self.lm_head(h[:, 0]), logits)   # (B, V)
+        new_past = ToyPast(k=[c.k[:, :, :c.n] for c in caches], v=[c.v[:, :, :c.n] for c in caches],
+                           key_valid=key_valid[:, :S0 + t], n_real=n_ctx + mask[:, :t].sum(1), logits=logits,
+                           pending=tokens[:, t:t + 1], pending_mask=mask[:, t:t + 1])
+        return Generation(tokens=tokens, logp=logp, entropy=entropy, mask=mask, past=new_past)

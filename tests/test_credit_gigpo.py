@@ -1,0 +1,116 @@
+"""GiGPO: the seed article's reference semantics as a loop, hand cases, properties, hashing paths."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+from hypothesis import given, settings, strategies as st
+
+from test_credit_batches import random_batch
+from toyrl.credit import ESTIMATORS, anchor_index, gigpo, similarity_keys
+
+
+def gigpo_loop(reward, mask, group, keys, gamma=0.95, omega=1.0, eps=1e-6, norm="std"):
+    """Loop reference following the seed snippet's logic, one episode group at a time (our own words)."""
+    B, H = reward.shape
+    out = [[0.0] * H for _ in range(B)]
+    members = defaultdict(list)
+    for b in range(B):
+        members[int(group[b])].append(b)
+    for rows in members.values():
+        trajs = [[(int(keys[b, k]), float(reward[b, k]), k) for k in range(H) if mask[b, k]] for b in rows]
+        totals = [sum(r for _, r, _ in tr) for tr in trajs]
+        mu = sum(totals) / len(totals)
+        sd = math.sqrt(sum((x - mu) ** 2 for x in totals) / len(totals))
+        ep = [(x - mu) / (sd + eps) if norm == "std" else x - mu for x in totals]
+        rets = []
+        for tr in trajs:
+            acc, back = 0.0, []
+            for _, r, _ in reversed(tr):
+                acc = r + gamma * acc
+                back.append(acc)
+            rets.append(back[::-1])
+        cells = defaultdict(list)
+        for i, tr in enumerate(trajs):
+            for s, (key, _, _) in enumerate(tr):
+                cells[key].append((i, s))
+        for cell in cells.values():
+            vals = [rets[i][s] for i, s in cell]
+            m = sum(vals) / len(vals)
+            d = math.sqrt(sum((v - m) ** 2 for v in vals) / len(vals))
+            for (i, s), v in zip(cell, vals):
+                step = 0.0 if len(cell) == 1 else ((v - m) / (d + eps) if norm == "std" else v - m)
+                out[rows[i]][trajs[i][s][2]] = ep[i] + omega * step
+    return torch.tensor(out, dtype=reward.dtype)
+
+
+@settings(deadline=None, max_examples=25)
+@given(seed=st.integers(0, 10_000), B=st.integers(1, 24), H=st.integers(1, 6), n_groups=st.integers(1, 5),
+       n_keys=st.integers(1, 5), hashed=st.booleans(), norm=st.sampled_from(["std", "mean"]))
+def test_gigpo_matches_seed_snippet_loop(seed, B, H, n_groups, n_keys, hashed, norm):
+    b = random_batch(B, H, n_groups=n_groups, n_keys=n_keys, seed=seed, hash_keys=hashed, optional=False)
+    got = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key, norm=norm)
+    want = gigpo_loop(b.turn_reward, b.turn_mask, b.group, b.state_key, norm=norm)
+    torch.testing.assert_close(got, want, atol=1e-8, rtol=1e-8)
+
+
+def test_gigpo_hand_case():
+    r = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    adv = gigpo(r, torch.ones(2, 2, dtype=torch.bool), torch.tensor([0, 0]), torch.tensor([[1, 2], [1, 3]]),
+                gamma=1.0, norm="mean")
+    torch.testing.assert_close(adv, torch.tensor([[1.0, 0.5], [-1.0, -0.5]]))
+
+
+def test_gigpo_groups_never_mix_and_singletons_are_zero():
+    r = torch.tensor([[1.0], [0.0]])
+    adv = gigpo(r, torch.ones(2, 1, dtype=torch.bool), torch.tensor([0, 1]), torch.tensor([[7], [7]]))
+    assert torch.equal(adv, torch.zeros(2, 1))           # two singleton groups, same key: nothing to compare
+
+
+@settings(deadline=None, max_examples=20)
+@given(seed=st.integers(0, 10_000), B=st.integers(2, 16), H=st.integers(1, 5))
+def test_gigpo_reduces_to_episode_term_without_repeats(seed, B, H):
+    b = random_batch(B, H, seed=seed, optional=False)
+    unique = torch.arange(B * H).view(B, H)
+    adv = gigpo(b.turn_reward, b.turn_mask, b.group, unique)
+    ep = ESTIMATORS["grpo"](b, ddof=0)
+    torch.testing.assert_close(adv, ep, atol=1e-9, rtol=0)
+
+
+def test_anchor_index_hash_path_equals_lookup_path():
+    b = random_batch(64, 6, n_keys=5, seed=1, optional=False)
+    i1, S1 = anchor_index(b.group, b.state_key, b.turn_mask)
+    i2, S2 = anchor_index(b.group, b.state_key * 0x1F3A5C7E9B2D4F61 - 3, b.turn_mask)
+    assert S1 == S2
+    m = b.turn_mask
+    pairs = set(zip(i1[m].tolist(), i2[m].tolist()))
+    assert len(pairs) == S1                               # the same partition of valid turns
+    assert (i1[~m] == S1).all()
+
+
+def test_similarity_keys_greedy_clusters():
+    f = torch.tensor([[[1.0, 0.0], [0.99, 0.1], [0.0, 1.0]]])
+    keys = similarity_keys(f, torch.ones(1, 3, dtype=torch.bool), torch.tensor([0]), threshold=0.9)
+    assert keys.tolist() == [[0, 0, 2]]
+    same = similarity_keys(f.repeat(2, 1, 1), torch.ones(2, 3, dtype=torch.bool), torch.tensor([0, 1]))
+    assert not set(same[0].tolist()) & set(same[1].tolist())     # groups never share a cluster
+
+
+def test_similarity_variant_equals_exact_keys_on_one_hot_states():
+    b = random_batch(16, 4, n_keys=3, seed=5, optional=False)
+    onehot = torch.nn.functional.one_hot(b.state_key, 3).double()
+    a = ESTIMATORS["gigpo"](b, similarity_features=onehot)
+    torch.testing.assert_close(a, ESTIMATORS["gigpo"](b))
+
+
+def test_gigpo_step_pooling_and_shape_errors():
+    b = random_batch(8, 3, seed=2, optional=False)
+    a = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key, episode="step")
+    assert a.shape == (8, 3) and torch.isfinite(a).all()
+    try:
+        gigpo(b.turn_reward, b.turn_mask, b.group[:3], b.state_key)
+    except ValueError as e:
+        assert "group" in str(e) and "B=8" in str(e)
+    else:
+        raise AssertionError("expected ValueError")

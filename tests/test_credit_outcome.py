@@ -1,0 +1,120 @@
+"""Outcome-level estimators: hand cases, loop references, properties, edge cases."""
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings, strategies as st
+
+from toyrl.credit import dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo
+from toyrl.credit.outcome import token_returns
+
+ONE = torch.tensor([0, 0, 0])
+R3 = torch.tensor([1.0, 0.0, 0.0])
+
+
+def close(a, b, tol=1e-3):
+    torch.testing.assert_close(a, torch.as_tensor(b, dtype=a.dtype), atol=tol, rtol=0)
+
+
+def test_hand_cases():
+    close(grpo(R3, ONE), [1.155, -0.577, -0.577])
+    close(dr_grpo(R3, ONE), [0.667, -0.333, -0.333])
+    close(rloo(R3, ONE), [1.0, -0.5, -0.5])
+    close(rloo(R3, ONE, scale_by_std=True), torch.tensor([1.0, -0.5, -0.5]) / 0.4714)
+    close(opo(R3, ONE, torch.tensor([2, 1, 1])), [0.5, -0.5, -0.5])
+    close(gpg(R3, ONE), [2.0, -1.0, -1.0])
+    close(grpo_passk(R3, ONE), [1.732, 0.0, 0.0])
+    close(grpo_passk(R3, ONE, norm=False), [1.0, 0.0, 0.0])
+    close(remax(torch.tensor([[0.0, 0.0, 1.0]]), torch.ones(1, 3, dtype=torch.bool), torch.tensor([0.25])),
+          [[0.75, 0.75, 0.75]])
+    close(reinforce_pp(torch.tensor([[1.0], [0.0]]), torch.ones(2, 1, dtype=torch.bool)), [[0.707], [-0.707]])
+    close(reinforce_pp_baseline(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), torch.ones(2, 1, dtype=torch.bool)),
+          [[0.707], [-0.707]])
+    close(token_returns(torch.tensor([[0.0, 5.0, 1.0]]), torch.tensor([[True, False, True]]), 0.5), [[0.5, 0.0, 1.0]])
+
+
+def test_passk_ties_and_singletons_give_zero():
+    close(grpo_passk(torch.tensor([1.0, 1.0, 0.0, 3.0]), torch.tensor([0, 0, 0, 1])), [0.0, 0.0, 0.0, 0.0])
+
+
+def _loop_grpo(R, group, ddof=1, eps=1e-6):
+    out = torch.zeros_like(R)
+    for i in range(len(R)):
+        members = R[group == group[i]]
+        if len(members) > 1:
+            out[i] = (R[i] - members.mean()) / (members.std(correction=ddof) + eps)
+    return out
+
+
+def _loop_rloo(R, group):
+    out = torch.zeros_like(R)
+    for i in range(len(R)):
+        others = R[(group == group[i]) & (torch.arange(len(R)) != i)]
+        out[i] = R[i] - others.mean() if len(others) else 0.0
+    return out
+
+
+def _loop_passk(R, group):
+    out = torch.zeros_like(R)
+    for gid in group.unique():
+        idx = (group == gid).nonzero().flatten()
+        if len(idx) < 2:
+            continue
+        vals, order = R[idx].sort(descending=True)
+        if vals[0] > vals[1]:
+            out[idx[order[0]]] = (vals[0] - vals[1]) / (R[idx].std() + 1e-6)
+    return out
+
+
+outcomes = st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.5, 1.0, 2.0, -1.0])), min_size=1, max_size=30)
+
+
+@settings(deadline=None, max_examples=40)
+@given(rows=outcomes, ddof=st.sampled_from([0, 1]))
+def test_vectorized_equals_loop(rows, ddof):
+    group = torch.tensor([g for g, _ in rows])
+    R = torch.tensor([r for _, r in rows], dtype=torch.float64)
+    torch.testing.assert_close(grpo(R, group, ddof=ddof), _loop_grpo(R, group, ddof))
+    torch.testing.assert_close(rloo(R, group), _loop_rloo(R, group))
+    torch.testing.assert_close(grpo_passk(R, group), _loop_passk(R, group))
+
+
+@settings(deadline=None, max_examples=40)
+@given(rows=outcomes, scale=st.floats(0.5, 4.0), shift=st.floats(-3, 3))
+def test_group_sums_zero_and_affine_invariance(rows, scale, shift):
+    group = torch.tensor([g for g, _ in rows])
+    R = torch.tensor([r for _, r in rows], dtype=torch.float64)
+    for f in (grpo, dr_grpo, rloo):
+        A = f(R, group)
+        sums = torch.zeros(5, dtype=A.dtype).index_add_(0, group, A)
+        assert torch.allclose(sums, torch.zeros_like(sums), atol=1e-9)
+        assert torch.isfinite(A).all()
+    A1, A2 = grpo(R, group), grpo(scale * R + shift, group)
+    torch.testing.assert_close(A1, A2, atol=1e-4, rtol=1e-4)      # up to eps
+    assert torch.isfinite(grpo(R, group, eps=0.0)).all()
+    torch.testing.assert_close(dr_grpo(R + shift, group), dr_grpo(R, group))
+    perm = torch.randperm(len(R))
+    torch.testing.assert_close(grpo(R[perm], group[perm]), grpo(R, group)[perm])
+
+
+def test_edge_cases_finite():
+    R = torch.tensor([2.0, 3.0, 3.0, 0.0])
+    group = torch.tensor([0, 1, 1, 2])                     # singletons and a zero-std group
+    for A in (grpo(R, group), rloo(R, group), opo(R, group, torch.tensor([0, 0, 0, 0])), gpg(R, group),
+              grpo_passk(R, group), dr_grpo(R, group)):
+        assert torch.equal(A, torch.zeros(4)), A
+    empty = torch.zeros(3, 4, dtype=torch.bool)
+    assert torch.isfinite(reinforce_pp(torch.zeros(3, 4), empty)).all()
+    assert torch.isfinite(reinforce_pp_baseline(torch.zeros(3), torch.zeros(3, dtype=torch.long), empty)).all()
+
+
+def test_shape_errors_name_the_argument():
+    for call, word in ((lambda: grpo(torch.zeros(3), torch.zeros(2, dtype=torch.long)), "group"),
+                       (lambda: grpo(torch.zeros(3, 1), ONE), "R"),
+                       (lambda: remax(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.zeros(3)),
+                        "baseline_reward")):
+        try:
+            call()
+        except ValueError as e:
+            assert word in str(e)
+        else:
+            raise AssertionError(word)

@@ -1,0 +1,124 @@
+"""Parity of toyrl.port.verl_credit with verl 0.9.1 core_algos on multi-turn masks with observation gaps."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from verl_support import load_core_algos
+from toyrl.port import verl_credit as port
+
+core = load_core_algos()
+needs_verl = pytest.mark.skipif(core is None, reason="verl 0.9.1 (or one of its imports) is not available")
+
+
+def multi_turn(seed, B=24, L=40, group_size=(2, 5), singletons=False):
+    """Rewards on the last token of each policy run, response masks with 0-runs (observations) inside."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((B, L), dtype=np.int64)
+    for b in range(B):
+        t = 0
+        for _ in range(rng.integers(1, 5)):
+            a, o = rng.integers(1, 6), rng.integers(0, 5)
+            mask[b, t:t + a] = 1
+            t += a + o
+            if t >= L - 6:
+                break
+    mask[:, 0] = 1
+    rewards = np.zeros((B, L))
+    for b in range(B):
+        ends = np.flatnonzero(mask[b, :-1] > np.r_[mask[b, 1:-1], 0][: L - 1]) if mask[b].any() else []
+        for e in ends:
+            rewards[b, e] = rng.choice([0.0, 0.5, 1.0, -1.0])
+    ids, b = [], 0
+    while len(ids) < B:
+        n = 1 if singletons and rng.random() < 0.3 else int(rng.integers(*group_size, endpoint=True))
+        ids += [f"uid-{b}"] * n
+        b += 1
+    ids = ids[:B]
+    if not singletons and ids.count(ids[-1]) == 1:          # a truncated tail group joins the one before
+        ids[-1] = ids[-2]
+    index = np.array(ids, dtype=object)
+    return torch.tensor(rewards, dtype=torch.float32), torch.tensor(mask, dtype=torch.float32), index
+
+
+def same(a, b):
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x.float(), y.float(), atol=2e-5, rtol=2e-5)
+
+
+CASES = [
+    ("compute_grpo_outcome_advantage", lambda r, m, i: dict(token_level_rewards=r, response_mask=m, index=i)),
+    ("compute_grpo_outcome_advantage", lambda r, m, i: dict(token_level_rewards=r, response_mask=m, index=i,
+                                                            norm_adv_by_std_in_grpo=False)),
+    ("compute_rloo_outcome_advantage", lambda r, m, i: dict(token_level_rewards=r, response_mask=m, index=i)),
+    ("compute_opo_outcome_advantage", lambda r, m, i: dict(token_level_rewards=r, response_mask=m, index=i)),
+    ("compute_gpg_outcome_advantage", lambda r, m, i: dict(token_level_rewards=r, response_mask=m, index=i)),
+    ("compute_reinforce_plus_plus_baseline_outcome_advantage",
+     lambda r, m, i: dict(token_level_rewards=r, response_mask=m, index=i, config={})),
+    ("compute_reinforce_plus_plus_outcome_advantage",
+     lambda r, m, i: dict(token_level_rewards=r, response_mask=m, config=SimpleNamespace(gamma=0.9))),
+    ("compute_remax_outcome_advantage",
+     lambda r, m, i: dict(token_level_rewards=r, response_mask=m, reward_baselines=torch.rand(r.shape[0]), config={})),
+]
+
+
+@needs_verl
+@pytest.mark.parametrize("singletons", [False, True])
+@pytest.mark.parametrize("k", range(len(CASES)))
+def test_outcome_parity(k, singletons):
+    name, kw = CASES[k]
+    for seed in range(3):
+        r, m, i = multi_turn(seed, singletons=singletons)
+        args = kw(r, m, i)
+        same(getattr(port, name)(**args), getattr(core, name)(**{k: (v.clone() if isinstance(v, torch.Tensor) else v)
+                                                                for k, v in args.items()}))
+
+
+@needs_verl
+def test_passk_parity_and_singleton_raises():
+    from omegaconf import OmegaConf
+    for seed, norm in ((0, True), (1, False)):
+        r, m, i = multi_turn(seed)
+        r = r.round()                                       # ties at the top too
+        cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": norm})
+        same(port.compute_grpo_passk_outcome_advantage(r, m, i, config=cfg),
+             core.compute_grpo_passk_outcome_advantage(r.clone(), m, i, config=cfg))
+    with pytest.raises(ValueError):
+        port.compute_grpo_passk_outcome_advantage(r[:3], m[:3], np.array(["a", "b", "b"]), config={})
+
+
+@needs_verl
+@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.99, 0.95)])
+def test_gae_parity(gamma, lam):
+    for seed in range(3):
+        r, m, _ = multi_turn(seed)
+        v = torch.randn_like(r)
+        same(port.compute_gae_advantage_return(r, v, m, gamma, lam), core.compute_gae_advantage_return(r, v, m, gamma, lam))
+
+
+def test_batch_from_verl_turns():
+    m = torch.tensor([[1, 1, 0, 0, 1, 0, 1, 1]], dtype=torch.float32)
+    r = torch.tensor([[0, 0.5, 0, 0, 0, 0, 0, 1.0]])
+    b = port.batch_from_verl(r, m, np.array(["x"]))
+    assert b.turn_id.tolist() == [[0, 0, 0, 0, 1, 1, 2, 2]] and b.H == 3
+    assert b.turn_reward.tolist() == [[0.5, 0.0, 1.0]]
+
+
+@needs_verl
+def test_register_with_verl_multi_turn():
+    names = port.register_with_verl()
+    assert "toyrl_gigpo" in names and port.register_with_verl() == names          # idempotent
+    fn = core.get_adv_estimator_fn("toyrl_gigpo")
+    r, m, i = multi_turn(0)
+    H = int(port.batch_from_verl(r, m, i).H)
+    keys = np.random.default_rng(0).integers(0, 3, (r.shape[0], H))
+    adv, ret = fn(token_level_rewards=r, response_mask=m, index=i, config={"toyrl_kwargs": {"gamma": 1.0}},
+                  non_tensor_batch={"state_key": keys})
+    assert adv.shape == r.shape and torch.isfinite(adv).all() and (adv[m == 0] == 0).all()
+    with pytest.raises(ValueError, match="state_key"):
+        fn(token_level_rewards=r, response_mask=m, index=i, config=None)
+    adv, _ = core.get_adv_estimator_fn("toyrl_mt_grpo")(token_level_rewards=r, response_mask=m, index=i, config=None)
+    assert torch.isfinite(adv).all()

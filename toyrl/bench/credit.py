@@ -1,0 +1,179 @@
+"""Benchmark every registered estimator against a plain Python loop reference, measured in the same run.
+
+    toyrl bench credit            # B = 8192 rollouts x H = 16 turns; token case ~1M tokens
+    toyrl bench credit --quick    # B = 1024 x H = 8; token case ~130k tokens
+
+Loop references (the styles the vectorized code replaces):
+  outcome  per-sample dict loop computing group mean / std (verl's GRPO style)
+  cells    the seed article's GiGPO snippet style: per group, dict buckets of (state -> turns)
+  turns    per-sample Python recursion over turns (GAE / return-to-go)
+  tokens   per-sample Python recursion over tokens (verl's token GAE done sample by sample)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from ..batch import TurnBatch
+from ..credit import ESTIMATORS
+
+REF = {  # estimator -> loop reference family
+    "grpo": "outcome", "dr_grpo": "outcome", "rloo": "outcome", "opo": "outcome", "gpg": "outcome",
+    "grpo_passk": "outcome", "remax": "outcome", "tree_grpo": "outcome",
+    "gigpo": "cells", "mt_grpo": "cells", "rtpo": "cells", "a2tgpo": "cells",
+    "turn_gae": "turns", "spa": "turns", "empg": "turns", "archer": "turns", "sweet": "turns",
+    "gae": "tokens", "bilevel_gae": "tokens", "reinforce_pp": "tokens", "reinforce_pp_baseline": "tokens",
+}
+
+
+def make_batch(B: int, H: int, T_turn: int, G: int = 8, seed: int = 0, device="cpu") -> TurnBatch:
+    """B rollouts of H turns (variable lengths), T_turn tokens per turn (3/4 policy, 1/4 observation),
+    groups of G, 63-bit state-key hashes drawn from a few states per group (so anchors repeat)."""
+    g = torch.Generator().manual_seed(seed)
+    n = torch.randint(H // 2, H + 1, (B,), generator=g)
+    turn_mask = torch.arange(H)[None] < n[:, None]                                # (B, H)
+    T = H * T_turn
+    turn_id = (torch.arange(T) // T_turn).expand(B, T).clone()                    # (B, T)
+    turn_id[turn_id >= n[:, None]] = -1
+    policy_mask = (torch.arange(T) % T_turn < max(1, 3 * T_turn // 4))[None] & (turn_id >= 0)
+    reward = torch.zeros(B, H)
+    reward[torch.arange(B), n - 1] = torch.randint(0, 2, (B,), generator=g).float()
+    group = torch.arange(B) // G
+    small = torch.randint(0, 6, (B, H), generator=g) + 6 * group[:, None]
+    keys = small * -7046029254386353131 + 12345                                   # wrapping 64-bit hash
+    kw = dict(entropy=torch.rand(B, T, generator=g), values=torch.rand(B, H, generator=g),
+              node=torch.randint(0, 2, (B, H), generator=g).cumsum(1) + 100 * (torch.arange(B) // 4)[:, None],
+              info_gain=torch.randn(B, H, generator=g), ref_logp=-torch.rand(B, T, generator=g))
+    b = TurnBatch(tokens=torch.zeros(B, T, dtype=torch.long), policy_mask=policy_mask, turn_id=turn_id,
+                  old_logp=-torch.rand(B, T, generator=g), turn_mask=turn_mask, turn_reward=reward, group=group,
+                  state_key=keys, **kw)
+    return b.to(device)
+
+
+def extra_kwargs(name: str, b: TurnBatch) -> dict:
+    B, H = b.B, b.H
+    return {"remax": {"baseline_reward": torch.zeros(B, device=b.device)},
+            "sweet": {"critic_adv": b.values}, "spa": {"progress": b.values},
+            "archer": {"q": b.values, "v": b.values * 0.5}}.get(name, {})
+
+
+# ---- loop references ---------------------------------------------------------------------------
+def loop_outcome(b: TurnBatch) -> list:
+    R = b.outcome().tolist()
+    ids = b.group.tolist()
+    by = defaultdict(list)
+    for i, gid in enumerate(ids):
+        by[gid].append(R[i])
+    stats = {k: (statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 1.0) for k, v in by.items()}
+    return [(R[i] - stats[ids[i]][0]) / (stats[ids[i]][1] + 1e-6) for i in range(len(R))]
+
+
+def loop_cells(b: TurnBatch, gamma: float = 0.95, eps: float = 1e-6) -> list:
+    """The seed snippet's style: per group, numpy episode stats, dict buckets of states, per-turn loop."""
+    mask, rew, keys, grp = b.turn_mask.tolist(), b.turn_reward.tolist(), b.state_key.tolist(), b.group.tolist()
+    members = defaultdict(list)
+    for i, gid in enumerate(grp):
+        members[gid].append(i)
+    out = {}
+    for rows in members.values():
+        trajs = [[(keys[i][k], rew[i][k]) for k in range(len(mask[i])) if mask[i][k]] for i in rows]
+        R = np.array([sum(r for _, r in tr) for tr in trajs])
+        A_ep = (R - R.mean()) / (R.std() + eps)
+        rets = []
+        for tr in trajs:
+            acc, back = 0.0, []
+            for _, r in reversed(tr):
+                acc = r + gamma * acc
+                back.append(acc)
+            rets.append(back[::-1])
+        buckets = defaultdict(list)
+        for i, tr in enumerate(trajs):
+            for t, (key, _) in enumerate(tr):
+                buckets[key].append((i, t))
+        for cell in buckets.values():
+            vals = np.array([rets[i][t] for i, t in cell])
+            mu, sd = vals.mean(), vals.std()
+            for (i, t), v in zip(cell, vals):
+                out[(rows[i], t)] = A_ep[i] + (0.0 if len(cell) == 1 else (v - mu) / (sd + eps))
+    return out
+
+
+def _scan(rows_r, rows_v, rows_m, gamma, lam):
+    out = []
+    for r, v, m in zip(rows_r, rows_v, rows_m):
+        nextv, run, adv = 0.0, 0.0, [0.0] * len(r)
+        for t in range(len(r) - 1, -1, -1):
+            if m[t]:
+                run = r[t] + gamma * nextv - v[t] + gamma * lam * run
+                nextv = v[t]
+                adv[t] = run
+        out.append(adv)
+    return out
+
+
+def loop_turns(b: TurnBatch) -> list:
+    return _scan(b.turn_reward.tolist(), b.values.tolist(), b.turn_mask.tolist(), 0.99, 0.9)
+
+
+def loop_tokens(b: TurnBatch) -> list:
+    r = torch.zeros(b.B, b.T)
+    r[:, -1] = b.outcome()
+    return _scan(r.tolist(), b.entropy.tolist(), b.policy_mask.tolist(), 1.0, 1.0)
+
+
+LOOPS = {"outcome": loop_outcome, "cells": loop_cells, "turns": loop_turns, "tokens": loop_tokens}
+
+
+def timeit(fn, reps: int) -> float:
+    """Best (minimum) seconds of ``reps`` calls after one warm-up, synchronizing CUDA (robust to load)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(prog="toyrl bench credit", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller sizes (B=1024, H=8)")
+    p.add_argument("--device", default="cpu", help="torch device for the vectorized estimators")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions of each vectorized call")
+    p.add_argument("--only", nargs="*", default=None, help="estimator names to run (default: all registered)")
+    a = p.parse_args(argv)
+    B, H = (1024, 8) if a.quick else (8192, 16)
+    Bt, Tt = (256, 16) if a.quick else (1024, 64)                                  # token case: Bt x H*Tt tokens
+    turn_b = make_batch(B, H, T_turn=2, device=a.device)
+    tok_b = make_batch(Bt, 16, T_turn=Tt, device=a.device)
+    print(f"turn case: B={B} x H={H} ({B // 8} groups of 8); token case: B={Bt} x T={tok_b.T} "
+          f"= {Bt * tok_b.T:,} tokens; device {a.device}, torch threads {torch.get_num_threads()}")
+    loop_time = {}
+    rows = []
+    print(f"{'estimator':<22}{'level':<7}{'vectorized ms':>14}{'loop ref':>10}{'loop ms':>10}{'speed-up':>10}")
+    for name in a.only or sorted(ESTIMATORS):
+        est = ESTIMATORS[name]
+        b = tok_b if est.level == "token" else turn_b
+        kw = extra_kwargs(name, b)
+        t = timeit(lambda: est(b, **kw), a.reps)
+        ref = REF.get(name)
+        if ref is not None and (ref, est.level) not in loop_time:
+            loop_time[(ref, est.level)] = timeit(lambda: LOOPS[ref](b.to("cpu")), 1)
+        lt = loop_time.get((ref, est.level), math.nan)
+        rows.append(dict(name=name, level=est.level, ms=1e3 * t, ref=ref or "-", loop_ms=1e3 * lt, speedup=lt / t))
+        print(f"{name:<22}{est.level:<7}{1e3 * t:>14.2f}{ref or '-':>10}{1e3 * lt:>10.1f}{lt / t:>9.0f}x")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Advantage estimators for multi-turn rollouts: one pure function per method, one module per family.
+
+Dimension legend: B rollouts, T tokens, H turns.
+
+    from toyrl.credit import ESTIMATORS, token_advantages
+    adv = ESTIMATORS["gigpo"](batch)            # (B, H) for level "turn", (B, T) for level "token"
+    adv_BT = token_advantages(batch, adv)       # what the policy loss consumes
+
+Families: ``outcome`` (GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, OPO, GPG, Pass@k), ``gae`` (token,
+turn and bi-level GAE), ``gigpo``, ``turn_rewards`` (MT-GRPO), ``critics`` (ArCHer, SWEET-RL and the
+learned models), ``tree`` (Tree-GRPO), ``reverse_turn`` (RTPO), ``progress`` (SPA-RL), ``entropy``
+(EMPG), ``info_gain`` (A2TGPO). Each docstring gives the equation, arXiv id, defaults and an example.
+"""
+from .registry import ESTIMATORS, Estimator, register_estimator, token_advantages
+from .outcome import dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo
+from .gae import bilevel_gae, gae, gae_scan, turn_gae
+from .gigpo import anchor_index, gigpo, similarity_keys
+from .turn_rewards import mt_grpo
+from .critics import (DoubleCritic, TurnCritic, archer, archer_losses, progress_loss, soft_update, sweet,
+                      sweet_bt_loss, value_loss)
+from .tree import tree_grpo
+from .reverse_turn import rtpo
+from .progress import spa, spa_rewards
+from .entropy import empg
+from .info_gain import a2tgpo, a2tgpo_clip_eps, a2tgpo_z
+
+__all__ = [
+    "ESTIMATORS", "Estimator", "register_estimator", "token_advantages",
+    "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo", "gpg", "grpo_passk",
+    "gae", "gae_scan", "turn_gae", "bilevel_gae", "gigpo", "anchor_index", "similarity_keys", "mt_grpo",
+    "TurnCritic", "DoubleCritic", "value_loss", "progress_loss", "sweet_bt_loss", "archer_losses",
+    "soft_update", "archer", "sweet", "tree_grpo", "rtpo", "spa", "spa_rewards", "empg", "a2tgpo",
+    "a2tgpo_z", "a2tgpo_clip_eps",
+]

@@ -1,0 +1,164 @@
+"""Expert demonstrations: planners for every env, a scripted token policy, shipped demo files, BC.
+
+- Planners: BFS on GridWorld (replanned from the current cell, so it also acts under slip), the
+  good arm on BanditChain, the reference solution on MockSearch. ``expert_actions(core)`` gives
+  the planner's action for every copy at once.
+- ``ScriptedPolicy`` writes one-token ``[action]`` turns for a chooser of actions, behind the same
+  ``generate`` interface as a learned policy, so ``rollout`` turns demonstrations into TurnBatches.
+- ``write_demos`` / ``load_demos`` ship JSON-lines transcripts in ``data/demos/`` (task, actions,
+  and the text of every turn, for text-level policies too); ``bc_loss`` is the behaviour-cloning NLL.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from .envs import ENVS, make_core
+from .envs.core import VOID, BatchedCore
+from .envs.gridworld import HOLE, GOAL, GridCore, _neighbours
+from .envs.bandit_chain import BanditCore
+from .envs.mock_search import SearchCore, oracle_actions
+
+__all__ = ["expert_actions", "ScriptedPolicy", "write_demos", "load_demos", "DEMO_DIR", "DEMO_CONFIGS",
+           "bc_loss"]
+
+DEMO_DIR = Path(__file__).resolve().parents[1] / "data" / "demos"
+# the env settings the shipped demonstration files were made with
+DEMO_CONFIGS = {
+    "gridworld": {"size": 4},
+    "bandit_chain": {"layout_seed": 0},
+    "mock_search": {},
+}
+
+
+def _grid_distance(tiles: np.ndarray, n: int) -> np.ndarray:
+    """(n*n,) BFS distance of every cell to the goal avoiding holes (large where unreachable)."""
+    nxt = _neighbours(n)[:4]
+    dist = np.full(n * n, 10**6)
+    dist[tiles == GOAL] = 0
+    for _ in range(n * n):
+        via = dist[nxt].min(0) + 1                                  # best neighbour + 1, (n*n,)
+        new = np.where((tiles == HOLE) | (tiles == GOAL), dist, np.minimum(dist, via))
+        if (new == dist).all():
+            break
+        dist = new
+    return dist
+
+
+def expert_actions(core: BatchedCore, rows: Optional[np.ndarray] = None) -> np.ndarray:
+    """The planner's action for each of ``rows`` (default all copies) -> (len(rows),) int64."""
+    rows = np.arange(core.num_envs) if rows is None else np.asarray(rows)
+    st = core.state
+    if isinstance(core, GridCore):
+        out = np.empty(len(rows), np.int64)
+        nxt = core._next[:4]
+        for j, i in enumerate(rows):
+            dist = _grid_distance(st["tiles"][i], core.size)
+            d = dist[nxt[:, st["pos"][i]]]                          # (4,) distance after each move
+            d = np.where(st["tiles"][i][nxt[:, st["pos"][i]]] == HOLE, 10**7, d)
+            out[j] = int(np.argmin(d))
+        return out
+    if isinstance(core, BanditCore):
+        good = st["good"][rows].reshape(len(rows), core.K, core.M)
+        stage = np.minimum(st["stage"][rows], core.K - 1)
+        return good[np.arange(len(rows)), stage].argmax(1).astype(np.int64)
+    if isinstance(core, SearchCore):
+        return np.array([oracle_actions(core, int(i))[0] for i in rows], dtype=np.int64)
+    raise ValueError(f"no planner for core {type(core).__name__}")
+
+
+@dataclass
+class _Gen:
+    tokens: torch.Tensor
+    logp: torch.Tensor
+    entropy: torch.Tensor
+    mask: torch.Tensor
+
+
+class ScriptedPolicy:
+    """A token policy that plays ``choose(core, live_rows) -> actions`` as one-token turns (the action,
+    or EOT for VOID).
+
+    It follows the rollout's convention that ``generate`` is called for the copies not yet done,
+    in order. Log-probs and entropies are 0 (the behaviour is deterministic).
+    """
+
+    def __init__(self, core: BatchedCore, vocab, choose: Callable = expert_actions, device="cpu"):
+        self.core, self.vocab, self.choose, self._device = core, vocab, choose, torch.device(device)
+        self.vocab_size = vocab.size
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def generate(self, context, context_mask, max_new, temperature=1.0, **kw):
+        live = np.flatnonzero(~self.core.done)
+        act = torch.as_tensor(self.choose(self.core, live), device=self.device)
+        n = len(live)
+        tokens = torch.full((n, max_new), self.vocab.PAD, dtype=torch.long, device=self.device)
+        tokens[:, 0] = torch.where(act == VOID, self.vocab.EOT, self.vocab.act0 + act.clamp(min=0))
+        mask = torch.zeros(n, max_new, dtype=torch.bool, device=self.device)
+        mask[:, 0] = True
+        zeros = torch.zeros(n, max_new, device=self.device)
+        return _Gen(tokens, zeros, zeros.clone(), mask)
+
+
+def replay_chooser(actions: list[list[int]]) -> Callable:
+    """A chooser that replays fixed action lists (one per copy), turn by turn."""
+
+    def choose(core, rows):
+        k = int(core.state["turn"][rows[0]]) if len(rows) else 0
+        return np.array([actions[i][k] if k < len(actions[i]) else VOID for i in rows], dtype=np.int64)
+    return choose
+
+
+def write_demos(env: str, n: int, path: Optional[Path] = None, seed: int = 0, **env_kwargs) -> Path:
+    """Play the planner on ``n`` tasks drawn from ``seed`` and write one JSON line per episode."""
+    kwargs = {**DEMO_CONFIGS.get(env, {}), **env_kwargs}
+    core = make_core(env, n, seed=seed, **kwargs)
+    tasks = core.sample_tasks(np.random.default_rng(seed), n)
+    core.reset(tasks)
+    actions = [[] for _ in range(n)]
+    texts = [[] for _ in range(n)]
+    total = np.zeros(n)
+    while not core.done.all():
+        live = np.flatnonzero(~core.done)
+        a = np.full(n, VOID, np.int64)
+        a[live] = expert_actions(core, live)
+        for i in live:
+            texts[i].append({"observation": core.render_text(int(i)), "action": core.action_text(int(a[i]), int(i))})
+            actions[i].append(int(a[i]))
+        _, r, _, _, _ = core.step(a)
+        total += r
+    path = Path(path) if path else DEMO_DIR / f"{env}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"env": env, "env_kwargs": kwargs, "task": tasks[i].tolist(),
+                                "actions": actions[i], "reward": float(total[i]), "turns": texts[i]}) + "\n")
+    tmp.replace(path)                                                # never leave a half-written file
+    return path
+
+
+def load_demos(env: str, path: Optional[Path] = None) -> list[dict]:
+    """The shipped demonstrations of ``env`` (a list of episode dicts)."""
+    path = Path(path) if path else DEMO_DIR / f"{env}.jsonl"
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def bc_loss(logp: torch.Tensor, policy_mask: torch.Tensor) -> torch.Tensor:
+    """Behaviour cloning: mean negative log-likelihood of the expert's policy tokens.
+
+        L_BC = - sum_{i,t} m_{i,t} log pi(y_{i,t} | y_{i,<t}) / sum_{i,t} m_{i,t}
+
+    Example: logp [[-1., -3.]] with mask [[1, 1]] -> 2.0.
+    """
+    m = policy_mask.to(logp.dtype)
+    return -(logp * m).sum() / m.sum().clamp(min=1)

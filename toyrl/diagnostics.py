@@ -1,0 +1,210 @@
+"""The stability checklist of multi-turn agent RL as numbers: what to log from the first step.
+
+Dimension legend: B rollouts, T token positions, H turns, S groups, N samples.
+
+- within-group reward std and the fraction of zero-variance groups: collapses before the mean
+  reward does (RAGEN's Echo Trap, arXiv 2504.20073);
+- clip fraction, ratio extremes and gradient norm **per turn index** (SORL, arXiv 2511.20718);
+  the gradient norm per turn exactly (one backward pass per turn) or by a cheap proxy
+  ||d loss / d logp|| over the turn's tokens;
+- void-turn rate, format-valid rate, turns per episode (SimpleTIR, arXiv 2509.02479);
+- entropy of the policy tokens just before vs just after tool observations (ARPO, arXiv 2507.19849);
+- template diversity of the reasoning tokens: H(template) and MI(template; task) (RAGEN's collapse
+  signal: low MI means the reasoning no longer depends on the task).
+
+``stability_report(batch, info)`` returns all of it as one flat run-log row. A value that cannot
+be measured (no entropy given, no observation tokens, no void-turn labels) is NaN.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+
+from .batch import TurnBatch, token_to_turn, turn_to_token
+from .filters import group_reward_std
+from .segments import dense_index, pair_index, segment_count, segment_sum
+
+__all__ = ["reward_variance", "grad_norm_per_turn", "grad_norm_per_turn_proxy", "obs_boundary_masks",
+           "turn_template_ids", "template_entropy_mi", "stability_report"]
+
+NAN = float("nan")
+
+
+def reward_variance(reward: torch.Tensor, group: torch.Tensor, *, eps: float = 1e-6, ddof: int = 1) -> dict:
+    """Mean within-group reward std and the fraction of groups with std <= eps.
+
+    Example: reward [1., 0., 1., 1.], group [0, 0, 1, 1] -> reward_std 0.3536, zero_var_frac 0.5.
+    """
+    std, _, S = group_reward_std(reward, group, ddof=ddof)
+    return {"reward_std": float(std.mean()) if S else 0.0,
+            "zero_var_frac": float((std <= eps).float().mean()) if S else 0.0}
+
+
+def grad_norm_per_turn(info: dict, turn_id: torch.Tensor, params: Iterable[torch.Tensor], *,
+                       H: Optional[int] = None) -> torch.Tensor:
+    """Exact gradient norm of each turn index's share of the loss w.r.t. ``params`` -> (H,).
+
+        L_k = sum_{i,t: turn(t) = k} w_{i,t} l_{i,t},   sum_k L_k = loss,   g_k = || dL_k / d params ||
+
+    Uses ``info["token_loss"]`` and ``info["agg_weight"]`` from ``policy_loss`` (the aggregation is
+    linear, so the split is exact). One backward pass per turn index (graph retained).
+    """
+    params = [p for p in params if p.requires_grad]
+    loss_BT, w = info["token_loss"], info["agg_weight"]
+    H = int(turn_id.max()) + 1 if H is None else H
+    out = torch.zeros(H, dtype=loss_BT.dtype, device=loss_BT.device)
+    for k in range(H):
+        Lk = (loss_BT * w * (turn_id == k)).sum()
+        grads = torch.autograd.grad(Lk, params, retain_graph=True, allow_unused=True)
+        sq = [(g.detach().double() ** 2).sum() for g in grads if g is not None]
+        out[k] = torch.stack(sq).sum().sqrt() if sq else 0.0
+    return out
+
+
+def grad_norm_per_turn_proxy(loss: torch.Tensor, logp: torch.Tensor, turn_id: torch.Tensor, mask: torch.Tensor,
+                             *, H: Optional[int] = None) -> torch.Tensor:
+    """Cheap proxy: the L2 norm of d loss / d logp over each turn index's tokens -> (H,).
+
+    One backward pass to logp (graph retained). Example: loss = sum(logp * [1, 2, 2]) with turns
+    [0, 1, 1] -> [1., 2.8284].
+    """
+    H = int(turn_id.max()) + 1 if H is None else H
+    (g,) = torch.autograd.grad(loss, logp, retain_graph=True)
+    m = mask.bool() & (turn_id >= 0)
+    return segment_sum(g[m].detach() ** 2, turn_id[m], H).sqrt()
+
+
+def obs_boundary_masks(policy_mask: torch.Tensor, turn_id: torch.Tensor, H: int, *, window: int = 1):
+    """Policy tokens just before and just after a tool observation -> (pre, post), each (B, T) bool.
+
+    pre: the last ``window`` policy tokens of a turn followed by observation tokens; post: the first
+    ``window`` policy tokens of a turn that follows one. Observation tokens are non-policy tokens
+    with turn_id >= 0 after the row's first policy token (the prompt comes before it).
+    Example: policy [F, T, T, F, T], turn_id [0, 0, 0, 0, 1] -> pre [F, F, T, F, F], post [F, F, F, F, T].
+    """
+    pm = policy_mask.bool()
+    obs = ~pm & (turn_id >= 0) & (torch.cumsum(pm.long(), 1) > 0)              # (B, T)
+    has_obs = token_to_turn(obs.long(), turn_id, H, "max", turn_id >= 0) > 0    # (B, H) turn k ends with o_k
+    after_obs = torch.zeros_like(has_obs)
+    after_obs[:, 1:] = has_obs[:, :-1]
+    c = torch.cumsum(pm.long(), 1)                                              # (B, T)
+    first = turn_to_token(token_to_turn(c, turn_id, H, "min", pm), turn_id)
+    n = turn_to_token(token_to_turn(pm.long(), turn_id, H, "sum", pm), turn_id)
+    rank = c - first                                                            # 0 = first policy token
+    pre = pm & (n - 1 - rank < window) & turn_to_token(has_obs.long(), turn_id).bool()
+    post = pm & (rank < window) & turn_to_token(after_obs.long(), turn_id).bool()
+    return pre, post
+
+
+def _mix(v: torch.Tensor) -> torch.Tensor:
+    """splitmix64 finalizer on int64 (wrapping arithmetic)."""
+    c1, c2 = 0xBF58476D1CE4E5B9 - 2**64, 0x94D049BB133111EB - 2**64
+    v = (v ^ (v >> 30)) * c1
+    v = (v ^ (v >> 27)) * c2
+    return v ^ (v >> 31)
+
+
+def turn_template_ids(tokens: torch.Tensor, mask: torch.Tensor, turn_id: torch.Tensor, H: int):
+    """Hash each turn's masked token sequence to an int64 template id -> (ids (B, H), present (B, H)).
+
+    Order-sensitive (each token is mixed with its rank in the turn) and length-sensitive; equal
+    sequences always get equal ids, different ones collide with probability ~2^-64.
+    Example: turns "7 8" and "7 8" share an id; "8 7" gets another.
+    """
+    m = mask.bool() & (turn_id >= 0)
+    c = torch.cumsum(m.long(), 1)
+    rank = c - turn_to_token(token_to_turn(c, turn_id, H, "min", m), turn_id)  # (B, T)
+    h = _mix(_mix(tokens.long() + 1) + rank * (0x9E3779B97F4A7C15 - 2**64))   # (B, T) token x position
+    ids = token_to_turn(torch.where(m, h, torch.zeros_like(h)), turn_id, H, "sum", m)   # (B, H)
+    n = token_to_turn(m.long(), turn_id, H, "sum", m)
+    return _mix(ids + n), n > 0
+
+
+def _entropy(counts: torch.Tensor) -> float:
+    p = counts[counts > 0].double() / counts.sum().clamp(min=1)
+    return float(-(p * p.log()).sum())
+
+
+def template_entropy_mi(template: torch.Tensor, task: torch.Tensor) -> tuple[float, float]:
+    """Plug-in H(template) and MI(template; task) = H(template) - H(template | task), in nats.
+
+    template, task: (N,) ids of N samples. MI is biased upward for few samples per task.
+    Example: templates [1, 2, 1, 2], tasks [0, 0, 1, 1] -> H = log 2, MI = 0;
+    templates [1, 1, 2, 2] -> H = log 2, MI = log 2.
+    """
+    if template.numel() == 0:
+        return 0.0, 0.0
+    ti, St = dense_index(template)
+    ki, Sk = dense_index(task)
+    pi, Sp = pair_index(ki, ti)
+    h_t = _entropy(segment_count(ti, St))
+    h_joint, h_task = _entropy(segment_count(pi, Sp)), _entropy(segment_count(ki, Sk))
+    return h_t, max(h_t - (h_joint - h_task), 0.0)
+
+
+def _tolist(x) -> list:
+    return [float(v) for v in x.detach().cpu().tolist()]
+
+
+def stability_report(batch: TurnBatch, info: Optional[dict] = None, *, reward: Optional[torch.Tensor] = None,
+                     format_valid: Optional[torch.Tensor] = None, reasoning_mask: Optional[torch.Tensor] = None,
+                     grad_norm_turn: Optional[torch.Tensor] = None, window: int = 1, eps: float = 1e-6) -> dict:
+    """One flat run-log row of the stability checklist.
+
+    reward (B,) defaults to ``batch.outcome()``; format_valid (B, H) bool defaults to the valid
+    turns that are not void; reasoning_mask (B, T) the tokens hashed into templates (default
+    the policy tokens); the template's task is ``batch.task`` or else ``batch.group``.
+    Keys: reward_mean, reward_std, zero_var_frac, entropy, entropy_pre_obs, entropy_post_obs,
+    void_turn_rate, void_traj_rate, format_valid_rate, turns_per_episode, template_entropy,
+    template_mi, template_entropy_turn; from ``info``: loss_pg, kl_ref, clip_frac, clip_frac_low,
+    clip_frac_high, ratio_max, ratio_min, ratio_mean, approx_kl, ppo_kl and the per-turn lists
+    clip_frac_turn, clip_frac_low_turn, ratio_max_turn, ratio_min_turn, ratio_mean_turn,
+    approx_kl_turn, tokens_turn; grad_norm_turn if given.
+    """
+    H, tm = batch.H, batch.turn_mask
+    R = batch.outcome() if reward is None else reward
+    row = {"reward_mean": float(R.float().mean()) if R.numel() else 0.0, **reward_variance(R, batch.group, eps=eps)}
+
+    pm = batch.policy_mask
+    if batch.entropy is not None:
+        pre, post = obs_boundary_masks(pm, batch.turn_id, H, window=window)
+        mean_on = lambda m: float(batch.entropy[m].float().mean()) if bool(m.any()) else NAN   # noqa: E731
+        row.update(entropy=mean_on(pm), entropy_pre_obs=mean_on(pre), entropy_post_obs=mean_on(post))
+    else:
+        row.update(entropy=NAN, entropy_pre_obs=NAN, entropy_post_obs=NAN)
+
+    n_valid = int(tm.sum())
+    if batch.void_turn is not None:
+        void = batch.void_turn & tm
+        row["void_turn_rate"] = float(void.sum()) / n_valid if n_valid else 0.0
+        row["void_traj_rate"] = float(void.any(1).float().mean()) if batch.B else 0.0
+    else:
+        row["void_turn_rate"] = row["void_traj_rate"] = NAN
+    if format_valid is None and batch.void_turn is not None:
+        format_valid = ~batch.void_turn
+    row["format_valid_rate"] = (float((format_valid.bool() & tm).sum()) / n_valid if n_valid else 0.0) \
+        if format_valid is not None else NAN
+    row["turns_per_episode"] = float(tm.sum(1).float().mean()) if batch.B else 0.0
+
+    ids, present = turn_template_ids(batch.tokens, pm if reasoning_mask is None else reasoning_mask, batch.turn_id, H)
+    present &= tm
+    task = (batch.task if batch.task is not None else batch.group)[:, None].expand(-1, H)   # (B, H)
+    row["template_entropy"], row["template_mi"] = template_entropy_mi(ids[present], task[present])
+    row["template_entropy_turn"] = [template_entropy_mi(ids[:, k][present[:, k]], task[:, k][present[:, k]])[0]
+                                    for k in range(H)]
+
+    if info is not None:
+        for key in ("loss_pg", "kl_ref", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_max", "ratio_min",
+                    "ratio_mean", "approx_kl", "ppo_kl"):
+            if key in info:
+                row[key] = float(info[key])
+        for key in ("clip_frac_turn", "clip_frac_low_turn", "ratio_max_turn", "ratio_min_turn", "ratio_mean_turn",
+                    "approx_kl_turn", "tokens_turn"):
+            if key in info:
+                row[key] = _tolist(info[key])
+    if grad_norm_turn is not None:
+        row["grad_norm_turn"] = _tolist(grad_norm_turn)
+        row["grad_norm_max_turn"] = max(row["grad_norm_turn"], default=0.0)
+    return row
+

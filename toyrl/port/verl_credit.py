@@ -1,0 +1,244 @@
+"""verl-compatible advantage functions: the names, keyword signatures and returns of verl 0.9.1 ``core_algos``.
+
+Dimension legend: B responses (verl's bs), L response tokens.
+
+A prototype written against toyrl ports to verl by swapping imports, and back:
+
+    from toyrl.port.verl import compute_grpo_outcome_advantage
+    adv, ret = compute_grpo_outcome_advantage(token_level_rewards, response_mask, index=uid)
+
+Each function is a thin adapter over the vectorized estimators of ``toyrl.credit`` (no Python loop
+over samples or groups). ``index`` is verl's numpy array of group ids (any hashable values, e.g.
+uuid strings); ``config`` may be a dict, an OmegaConf config or any object with the attributes verl
+reads. Singleton groups follow verl here (GRPO: A = R / (1 + eps); RLOO, OPO, REINFORCE++-baseline:
+no baseline; GPG: alpha R / F; Pass@k raises ValueError), while ``toyrl.credit`` itself gives 0.
+
+``register_with_verl()`` adds toyrl's multi-turn estimators to verl's registry as ``toyrl_<name>``.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from ..batch import TurnBatch, token_to_turn
+from ..credit import ESTIMATORS, token_advantages
+from ..credit.base import masked_whiten
+from ..credit.gae import gae_scan
+from ..credit.outcome import dr_grpo, gpg, grpo, grpo_passk, opo, rloo, token_returns
+from ..segments import segment_count
+
+__all__ = [
+    "compute_grpo_outcome_advantage", "compute_rloo_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage", "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_remax_outcome_advantage", "compute_opo_outcome_advantage", "compute_grpo_passk_outcome_advantage",
+    "compute_gpg_outcome_advantage", "compute_gae_advantage_return", "batch_from_verl", "register_with_verl",
+    "MULTI_TURN",
+]
+
+
+def _cfg(config: Any, key: str, default: Any) -> Any:
+    """``config[key]`` for a dict / OmegaConf / verl AlgoConfig, ``config.key`` for any object, else default."""
+    if config is None:
+        return default
+    get = getattr(config, "get", None)
+    if callable(get):
+        try:
+            return get(key, default)
+        except Exception:  # an object whose .get has another meaning
+            pass
+    return getattr(config, key, default)
+
+
+def _groups(index, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense group ids (B,) from verl's ``index`` and each row's group size (B,)."""
+    if isinstance(index, torch.Tensor):
+        index = index.detach().cpu().numpy()
+    inv = np.unique(np.asarray(index), return_inverse=True)[1].reshape(-1)
+    g = torch.as_tensor(inv, dtype=torch.long, device=device)
+    return g, segment_count(g, int(inv.max()) + 1 if inv.size else 0, torch.long)[g]
+
+
+def _tokens(a_B: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    return a_B[:, None] * response_mask.to(a_B.dtype)                     # (B, L)
+
+
+@torch.no_grad()
+def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
+                                   norm_adv_by_std_in_grpo: bool = True, config=None):
+    """GRPO as verl: (R - mean) / (std + eps) per ``index`` group, broadcast to tokens -> (adv, adv), (B, L)."""
+    R = token_level_rewards.sum(-1)                                        # (B,)
+    g, G = _groups(index, R.device)
+    A = grpo(R, g, norm="std" if norm_adv_by_std_in_grpo else "mean", ddof=1, eps=epsilon)
+    A = torch.where(G > 1, A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)   # verl: mean 0, std 1
+    adv = _tokens(A, response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
+                                   config=None, **kwargs):
+    """RLOO as verl: R - mean of the other rollouts (singleton: R) -> (adv, adv), (B, L)."""
+    R = token_level_rewards.sum(-1)
+    g, G = _groups(index, R.device)
+    adv = _tokens(torch.where(G > 1, rloo(R, g), R), response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_mask, config=None, **kwargs):
+    """REINFORCE++ as verl: gamma return-to-go over response tokens, whitened -> (adv, returns), (B, L).
+
+    gamma is read from ``config.gamma`` (verl requires a config; here it defaults to 1.0).
+    """
+    ret = token_returns(token_level_rewards, response_mask, float(_cfg(config, "gamma", 1.0)))
+    return masked_whiten(ret, response_mask), ret
+
+
+@torch.no_grad()
+def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards, response_mask, index,
+                                                           epsilon: float = 1e-6, config=None, **kwargs):
+    """REINFORCE++-baseline as verl: R - group mean (singleton: R), tiled, whitened over tokens -> (adv, adv)."""
+    R = token_level_rewards.sum(-1)
+    g, G = _groups(index, R.device)
+    adv = masked_whiten(_tokens(torch.where(G > 1, dr_grpo(R, g), R), response_mask), response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_remax_outcome_advantage(token_level_rewards, reward_baselines, response_mask, config=None, **kwargs):
+    """ReMax as verl: token reward-to-go minus the greedy baseline on response tokens -> (adv, returns)."""
+    m = response_mask.to(token_level_rewards.dtype)
+    ret = (token_level_rewards * m).flip(-1).cumsum(-1).flip(-1)          # (B, L)
+    return ret - reward_baselines[:, None] * m, ret
+
+
+@torch.no_grad()
+def compute_opo_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
+                                  config=None, **kwargs):
+    """OPO as verl: R minus the response-length-weighted group mean (singleton: R) -> (adv, adv)."""
+    R = token_level_rewards.sum(-1)
+    g, G = _groups(index, R.device)
+    adv = _tokens(torch.where(G > 1, opo(R, g, response_mask.sum(-1)), R), response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_gpg_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
+                                  f_norm: float = 1.0, alpha: float = 1.0, config=None, **kwargs):
+    """GPG as verl: alpha (R - group mean) / f_norm, alpha = B / #non-zero R (singleton: alpha R / f_norm)."""
+    R = token_level_rewards.sum(-1)
+    g, G = _groups(index, R.device)
+    a = R.shape[0] / (R != 0).sum().clamp(min=1).to(R.dtype)
+    adv = _tokens(torch.where(G > 1, gpg(R, g, f_norm=f_norm), a * R / f_norm), response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_grpo_passk_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
+                                         norm_adv_by_std_in_grpo: bool = True, config=None, **kwargs):
+    """Pass@k as verl: the group's best gets (R_max - R_second) / (std + eps) -> (adv, adv).
+
+    Like verl, ``config.norm_adv_by_std_in_grpo`` (default True) overrides the argument when a config
+    is given, and a group of one raises ValueError.
+    """
+    norm = bool(_cfg(config, "norm_adv_by_std_in_grpo", True)) if config is not None else norm_adv_by_std_in_grpo
+    R = token_level_rewards.sum(-1)
+    g, G = _groups(index, R.device)
+    if bool((G < 2).any()):
+        raise ValueError("Pass@k requires at least 2 samples per group (index has a singleton group)")
+    adv = _tokens(grpo_passk(R, g, norm=norm, ddof=1, eps=epsilon), response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
+    """Token GAE as verl (observation tokens skipped, advantages whitened over the mask) -> (adv, returns).
+
+    As in verl, positions outside the mask keep the carried (whitened) advantage and returns = A + V.
+    """
+    raw = gae_scan(token_level_rewards, values, response_mask, gamma=float(gamma), lam=float(lam))
+    return masked_whiten(raw, response_mask, zero_outside=False), raw + values
+
+
+# ---- toyrl's multi-turn estimators inside verl --------------------------------------------------
+MULTI_TURN = ("gigpo", "mt_grpo", "tree_grpo", "rtpo", "empg", "a2tgpo", "spa", "sweet", "archer",
+              "turn_gae", "bilevel_gae")
+_TURN_FIELDS = ("state_key", "node", "info_gain", "turn_signal", "values", "void_turn")
+_TOKEN_FIELDS = ("entropy", "ref_logp")
+
+
+def batch_from_verl(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
+                    **fields) -> TurnBatch:
+    """A TurnBatch from verl tensors: each maximal run of response-mask 1s is one turn.
+
+    Observation tokens (0-runs) carry the turn they follow; tokens before the first run are padding.
+    turn_reward = sum of token rewards of the turn; per-turn fields (B, H) and per-token fields (B, L)
+    may be given as tensors or numpy arrays; missing state keys are unique per turn (no anchors).
+    """
+    m = response_mask.to(torch.bool)
+    B, L = m.shape
+    dev = token_level_rewards.device
+    start = m & ~torch.cat([torch.zeros_like(m[:, :1]), m[:, :-1]], 1)            # (B, L) run starts
+    turn_id = start.long().cumsum(1) - 1                                          # (B, L), -1 before run 1
+    n_turns = start.sum(1)                                                        # (B,)
+    H = max(int(n_turns.max()) if B else 0, 1)
+    turn_mask = torch.arange(H, device=dev)[None, :] < n_turns[:, None]           # (B, H)
+    reward = token_to_turn(token_level_rewards, turn_id, H, "sum", turn_id >= 0)
+    group = _groups(index, dev)[0] if index is not None else torch.arange(B, device=dev)
+    kw = {}
+    for name, val in fields.items():
+        if val is not None and (name in _TURN_FIELDS or name in _TOKEN_FIELDS):
+            t = torch.as_tensor(np.asarray(val) if not isinstance(val, torch.Tensor) else val, device=dev)
+            kw[name] = t.to(token_level_rewards.dtype) if t.is_floating_point() else t
+    kw.setdefault("state_key", torch.arange(B * H, device=dev).view(B, H))
+    return TurnBatch(tokens=torch.zeros(B, L, dtype=torch.long, device=dev), policy_mask=m, turn_id=turn_id,
+                     old_logp=torch.zeros(B, L, dtype=token_level_rewards.dtype, device=dev),
+                     turn_mask=turn_mask, turn_reward=reward, group=group, **kw)
+
+
+def _verl_adapter(name: str):
+    est = ESTIMATORS[name]
+
+    def compute_toyrl_advantage(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+        extra = dict(kwargs.pop("non_tensor_batch", None) or {})
+        extra.update(kwargs)
+        if name == "gigpo" and extra.get("state_key") is None:
+            raise ValueError("toyrl_gigpo needs state_key (B, H turns) as a keyword or in non_tensor_batch")
+        fields = {k: extra.pop(k) for k in list(extra) if k in _TURN_FIELDS + _TOKEN_FIELDS}
+        for k in ("batch", "reward_baselines", "sum_pi_squared", "old_log_probs", "rollout_is_weights"):
+            extra.pop(k, None)
+        batch = batch_from_verl(token_level_rewards, response_mask, index, **fields)
+        hyper = dict(_cfg(config, "toyrl_kwargs", None) or {})
+        adv = token_advantages(batch, est(batch, **hyper, **extra), est.level)
+        return adv, adv
+
+    compute_toyrl_advantage.__name__ = f"compute_toyrl_{name}_advantage"
+    compute_toyrl_advantage.__doc__ = f"toyrl '{name}' inside verl: {est.doc}"
+    return compute_toyrl_advantage
+
+
+_ADAPTERS: dict[str, Any] = {}
+
+
+def register_with_verl(names: Optional[tuple] = None) -> list[str]:
+    """Register toyrl's multi-turn estimators in verl's registry as ``toyrl_<name>``; [] if verl is absent.
+
+    Idempotent. Select with ``algorithm.adv_estimator=toyrl_gigpo``; hyperparameters come from
+    ``config.toyrl_kwargs`` (a dict), per-turn fields (state_key, node, ...) from keywords or
+    ``non_tensor_batch`` (verl's default ``compute_advantage`` passes only rewards, mask, index, config).
+    """
+    try:
+        from verl.trainer.ppo import core_algos
+    except Exception:
+        return []
+    out = []
+    for name in names or MULTI_TURN:
+        key = f"toyrl_{name}"
+        fn = _ADAPTERS.setdefault(key, _verl_adapter(name))
+        if core_algos.ADV_ESTIMATOR_REGISTRY.get(key) is not fn:
+            core_algos.ADV_ESTIMATOR_REGISTRY.pop(key, None)
+            core_algos.register_adv_est(key)(fn)
+        out.append(key)
+    return out
