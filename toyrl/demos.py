@@ -24,7 +24,7 @@ from .envs.gridworld import HOLE, GOAL, GridCore, _neighbours
 from .envs.bandit_chain import BanditCore
 from .envs.mock_search import SearchCore, oracle_actions
 
-__all__ = ["expert_actions", "ScriptedPolicy", "write_demos", "load_demos", "DEMO_DIR", "DEMO_CONFIGS",
+__all__ = ["expert_actions", "process_scores", "ScriptedPolicy", "write_demos", "load_demos", "DEMO_DIR", "DEMO_CONFIGS",
            "bc_loss"]
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "data" / "demos"
@@ -72,6 +72,24 @@ def expert_actions(core: BatchedCore, rows: Optional[np.ndarray] = None) -> np.n
     raise ValueError(f"no planner for core {type(core).__name__}")
 
 
+def process_scores(core: BatchedCore) -> np.ndarray:
+    """A task process scorer (higher = closer to success) for every copy -> (N,) float.
+
+    GridWorld: minus the BFS distance to the goal (-100 in a hole); BanditChain: the stage;
+    MockSearch: the fraction of the lookup chain retrieved. What PATR-style tree rollouts branch on.
+    """
+    st = core.state
+    if isinstance(core, GridCore):
+        d = np.array([_grid_distance(st["tiles"][i], core.size)[st["pos"][i]] for i in range(core.num_envs)])
+        hole = st["tiles"][np.arange(core.num_envs), st["pos"]] == HOLE
+        return np.where(hole | (d >= 10**6), -100.0, -d.astype(float))
+    if isinstance(core, BanditCore):
+        return st["stage"].astype(float)
+    if isinstance(core, SearchCore):
+        return core.hop_progress().astype(float)
+    raise ValueError(f"no process scorer for core {type(core).__name__}")
+
+
 @dataclass
 class _Gen:
     tokens: torch.Tensor
@@ -88,9 +106,9 @@ class ScriptedPolicy:
     in order. Log-probs and entropies are 0 (the behaviour is deterministic).
     """
 
-    def __init__(self, core: BatchedCore, vocab, choose: Callable = expert_actions, device="cpu"):
-        self.core, self.vocab, self.choose, self._device = core, vocab, choose, torch.device(device)
-        self.vocab_size = vocab.size
+    def __init__(self, core: BatchedCore, codec, choose: Callable = expert_actions, device="cpu"):
+        self.core, self.codec, self.choose, self._device = core, codec, choose, torch.device(device)
+        self.vocab_size = codec.size
 
     @property
     def device(self) -> torch.device:
@@ -100,8 +118,8 @@ class ScriptedPolicy:
         live = np.flatnonzero(~self.core.done)
         act = torch.as_tensor(self.choose(self.core, live), device=self.device)
         n = len(live)
-        tokens = torch.full((n, max_new), self.vocab.PAD, dtype=torch.long, device=self.device)
-        tokens[:, 0] = torch.where(act == VOID, self.vocab.EOT, self.vocab.act0 + act.clamp(min=0))
+        tokens = torch.full((n, max_new), self.codec.PAD, dtype=torch.long, device=self.device)
+        tokens[:, 0] = torch.where(act == VOID, self.codec.EOT, self.codec.act0 + act.clamp(min=0))
         mask = torch.zeros(n, max_new, dtype=torch.bool, device=self.device)
         mask[:, 0] = True
         zeros = torch.zeros(n, max_new, device=self.device)

@@ -32,9 +32,13 @@ from .envs import ENVS, make_core
 from .filters import FILTERS
 from .objectives import CLIP_SCHEMES, loss_mask, policy_loss
 from .policies import make_policy
-from .rollout import CONTEXTS, Vocab, recompute_logp, rollout
+from .credit.critics import TurnCritic, value_loss
+from .rollout import CONTEXTS, ToyCodec, recompute_logp, rollout
+from .tree import STRATEGIES, tree_rollout
 
-__all__ = ["TrainConfig", "RunLog", "Trainer", "train"]
+__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "CRITIC_ESTIMATORS"]
+
+CRITIC_ESTIMATORS = ("gae", "turn_gae", "bilevel_gae")
 
 
 @dataclass
@@ -94,11 +98,24 @@ class TrainConfig:
     temperature: float = 1.0
     """sampling temperature of rollouts"""
     max_turns: Optional[int] = None
-    """turn limit (None: the env's own)"""
+    """turn limit (None: the env's own; otherwise passed to the env as max_turns)"""
     constrain: bool = True
     """sample policy turns only from thinking / action / EOT tokens (False: any token, more void turns)"""
     staleness: int = 0
     """train on rollouts from the policy of this many updates ago (async drift)"""
+    t2po_eta: float = 0.0
+    """T2PO turn resampling: regenerate a turn whose uncertainty moved by less than this (0: off)"""
+    rollout: str = "independent"
+    """independent | tree (Tree-GRPO) | arpo (entropy branching) | patr (process-scored branching),
+    trees at the token budget of group_size independent episodes"""
+    tree_kwargs: dict = field(default_factory=dict)
+    """tree_rollout arguments, e.g. {"n_init": 4, "branch": 4, "tau": 0.5, "beta": 0.2}"""
+    critic: Optional[bool] = None
+    """fit a turn-level value critic on the policy's hidden states (None: when the estimator needs values)"""
+    critic_lr: float = 1e-2
+    """critic learning rate"""
+    critic_gamma: float = 1.0
+    """discount of the critic's Monte Carlo return targets"""
     bc_steps: int = 0
     """behaviour-cloning steps on expert demonstrations before RL"""
     bc_lr: float = 3e-3
@@ -121,6 +138,8 @@ class TrainConfig:
         for f in self.filters:
             if f not in FILTERS:
                 raise ValueError(f"unknown filter {f!r}; valid: {', '.join(FILTERS)}")
+        if self.rollout not in ("independent",) + STRATEGIES:
+            raise ValueError(f"unknown rollout {self.rollout!r}; valid: independent, {', '.join(STRATEGIES)}")
         if self.recompute not in ("matched", "flat"):
             raise ValueError(f"recompute must be matched or flat, got {self.recompute!r}")
         if self.group_size < 1 or self.prompts_per_step < 1 or self.steps < 0:
@@ -190,16 +209,21 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)
         self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.B = cfg.prompts_per_step * cfg.group_size
-        self.core = make_core(cfg.env, self.B, seed=cfg.seed, **cfg.env_kwargs)
-        self.max_turns = cfg.max_turns or self.core.max_turns
-        self.vocab = Vocab(cfg.n_think, self.core.n_actions, self.core.obs_vocab_size)
-        self.policy = make_policy(cfg.policy, self.vocab.size, self.device)
+        env_kwargs = dict(cfg.env_kwargs)
+        if cfg.max_turns is not None:
+            env_kwargs["max_turns"] = cfg.max_turns
+        self.core = make_core(cfg.env, self.B, seed=cfg.seed, **env_kwargs)
+        self.codec = ToyCodec.for_core(self.core, cfg.n_think, cfg.think_max)
+        self.policy = make_policy(cfg.policy, self.codec.size, self.device)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.ref = None
         self.history = deque(maxlen=cfg.staleness + 1)         # policy weights of the last updates
         self.behaviour = copy.deepcopy(self.policy) if cfg.staleness else self.policy
         self.step_idx = 0
         self.log = RunLog(log_path, asdict(cfg))
+        use_critic = cfg.critic if cfg.critic is not None else cfg.estimator in CRITIC_ESTIMATORS
+        self.critic = TurnCritic(self.policy.config.d_model).to(self.device) if use_critic else None
+        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.critic_lr) if use_critic else None
 
     # ---- data --------------------------------------------------------------------------------
     def sample(self, policy=None, greedy: bool = False, tasks=None) -> "Rollout":
@@ -207,14 +231,49 @@ class Trainer:
         if tasks is None:
             tasks = np.repeat(self.core.sample_tasks(self.rng, cfg.prompts_per_step), cfg.group_size, 0)
         group = self.step_idx * cfg.prompts_per_step + np.repeat(np.arange(cfg.prompts_per_step), cfg.group_size)
-        return rollout(policy or self.policy, self.core, tasks, group, vocab=self.vocab, max_turns=self.max_turns,
-                       think_max=cfg.think_max, temperature=cfg.temperature, context=cfg.context,
-                       context_k=cfg.context_k, constrain=cfg.constrain, greedy=greedy, generator=self.gen,
-                       policy_version=max(0, self.step_idx - cfg.staleness))
+        if cfg.rollout != "independent" and not greedy:
+            G = cfg.group_size
+            return tree_rollout(policy or self.policy, self.core, tasks[::G], group[::G], codec=self.codec,
+                                group_size=G, strategy=cfg.rollout, rng=self.rng, temperature=cfg.temperature,
+                                context=cfg.context, context_k=cfg.context_k, constrain=cfg.constrain,
+                                generator=self.gen, policy_version=max(0, self.step_idx - cfg.staleness),
+                                **cfg.tree_kwargs)
+        return rollout(policy or self.policy, self.core, tasks, group, codec=self.codec,
+                       temperature=cfg.temperature, context=cfg.context, context_k=cfg.context_k,
+                       constrain=cfg.constrain, greedy=greedy, generator=self.gen,
+                       policy_version=max(0, self.step_idx - cfg.staleness), t2po_eta=0.0 if greedy else cfg.t2po_eta)
 
-    def advantages(self, ro) -> torch.Tensor:
+    def critic_features(self, ro) -> tuple[torch.Tensor, torch.Tensor]:
+        """Detached policy hidden states (B, T, d) and, per turn, the state the turn was taken in
+        (the hidden state of the token just before the turn's first policy token) (B, H, d)."""
+        b = ro.batch
+        with torch.no_grad():
+            hid = self.policy.hidden(b.tokens, b.turn_id >= 0)                        # (B, T, d)
+        pos = torch.arange(b.T, device=self.device).expand(b.B, b.T).float()
+        first = b.token_to_turn(pos, "min").long().clamp(min=1) - 1                    # (B, H)
+        turn_h = hid.gather(1, first[..., None].expand(-1, -1, hid.shape[-1]))          # (B, H, d)
+        return hid, turn_h
+
+    def fit_critic(self, ro) -> dict:
+        """Values for the batch (before the update) and one critic step on Monte Carlo return targets."""
+        b = ro.batch
+        hid, turn_h = self.critic_features(ro)
+        values = self.critic(turn_h)                                                    # (B, H)
+        target = b.returns(self.cfg.critic_gamma)
+        loss = value_loss(values, target, b.turn_mask)
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        with torch.no_grad():
+            token_values = self.critic(hid)                                             # (B, T)
+        ro.batch = b.replace(values=values.detach())
+        return {"critic_loss": loss.item(), "token_values": token_values}
+
+    def advantages(self, ro, token_values=None) -> torch.Tensor:
         """Token-level advantages (B, T) from the configured estimator (turn values reach observation tokens too)."""
         est, kw = ESTIMATORS[self.cfg.estimator], dict(self.cfg.estimator_kwargs)
+        if token_values is not None and self.cfg.estimator in ("gae", "bilevel_gae"):
+            kw.setdefault("token_values", token_values)
         if self.cfg.estimator == "remax" and "baseline_reward" not in kw:
             greedy = self.sample(greedy=True, tasks=ro.tasks)   # ReMax: one greedy episode per task
             kw["baseline_reward"] = greedy.batch.outcome()
@@ -241,9 +300,9 @@ class Trainer:
                 choose = replay_chooser([demos[i]["actions"] for i in pick])
             else:
                 tasks, choose = self.core.sample_tasks(self.rng, self.B), expert_actions
-            expert = ScriptedPolicy(self.core, self.vocab, choose, self.device)
-            ro = rollout(expert, self.core, tasks, np.arange(self.B), vocab=self.vocab, max_turns=self.max_turns,
-                         think_max=cfg.think_max, context=cfg.context, context_k=cfg.context_k, constrain=cfg.constrain)
+            expert = ScriptedPolicy(self.core, self.codec, choose, self.device)
+            ro = rollout(expert, self.core, tasks, np.arange(self.B), codec=self.codec, context=cfg.context,
+                         context_k=cfg.context_k, constrain=cfg.constrain)
             logp, _ = recompute_logp(self.policy, ro, "matched")
             loss = bc_loss(logp, ro.batch.policy_mask)
             opt.zero_grad(set_to_none=True)
@@ -263,17 +322,16 @@ class Trainer:
         ro = self.sample(self.behaviour)
         b = ro.batch
         t1 = time.perf_counter()
-        adv = self.advantages(ro)
+        crit = self.fit_critic(ro) if self.critic is not None else {}
+        b = ro.batch
+        adv = self.advantages(ro, crit.pop("token_values", None))
         lmask = loss_mask(b.policy_mask, b.turn_id, cfg.mask_env_tokens)
         keep = torch.ones(b.B, dtype=torch.bool, device=self.device)
         counts = {}
         for name in cfg.filters:
-            kw = dict(cfg.filter_kwargs.get(name, {}))
-            if name == "loop_abs_adv":
-                kw.setdefault("adv", adv)
-            mask, c = FILTERS[name](b, **kw)
-            keep &= mask.to(self.device)
-            counts.update({f"filter_{name}_{k}": v for k, v in (c.items() if isinstance(c, dict) else vars(c).items())})
+            res = FILTERS[name](b, **cfg.filter_kwargs.get(name, {}))
+            keep &= res.keep.to(self.device)
+            counts.update({f"filter_{name}_{k}": v for k, v in res.counts.items()})
         lmask = lmask & keep[:, None]
         old_logp = b.old_logp
         ref_logp = None
@@ -316,7 +374,7 @@ class Trainer:
             "loss": loss.item(), "grad_norm": grad_norm.item(), "kept_frac": keep.float().mean().item(),
             "adv_abs_mean": adv[lmask].abs().mean().item() if lmask.any() else 0.0,
             "time_rollout": t1 - t0, "time_prep": t2 - t1, "time_recompute": t_fwd, "time_update": t_bwd,
-            **counts,
+            "batch_size": b.B, "tokens_generated": ro.stats.get("tokens_generated", 0), **counts, **crit,
         })
         self.log.append(row)
         return row

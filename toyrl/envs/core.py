@@ -156,6 +156,29 @@ class BatchedCore:
         self.state = {k: v.copy() for k, v in snap["state"].items()}
         self.np_random.bit_generator.state = copy.deepcopy(snap["rng"])
 
+    def row_state(self, i: int) -> dict:
+        """A copy of copy i's state arrays (no random generator): a node to branch from later."""
+        return {k: v[i].copy() for k, v in self.state.items()}
+
+    def from_rows(self, states: list) -> "BatchedCore":
+        """A new core whose copies start from the given ``row_state`` dicts; its random generator is
+        seeded from this core's, so branches explore fresh randomness (slip, noise)."""
+        if not states:
+            raise ValueError("states must hold at least one row_state")
+        new = copy.copy(self)
+        new.num_envs = len(states)
+        new.state = {k: np.stack([s[k] for s in states]) for k in states[0]}
+        new.np_random = np.random.default_rng(self.np_random.integers(2**63))
+        return new
+
+    def resized(self, num_envs: int) -> "BatchedCore":
+        """A core with the same settings and ``num_envs`` copies (state empty until ``reset``)."""
+        new = copy.copy(self)
+        new.num_envs = num_envs
+        new.state = {}
+        new.np_random = np.random.default_rng(self.np_random.integers(2**63))
+        return new
+
     def fork(self, rows) -> "BatchedCore":
         """A new core whose copies are copies of ``rows`` of this one (a row may repeat: branching)."""
         rows = np.asarray(rows, dtype=np.int64)
