@@ -187,6 +187,22 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_demos(args) -> int:
+    from .demos import DEMO_CONFIGS, write_demos
+    sizes = {"gridworld": 200, "bandit_chain": 20, "mock_search": 72}
+    for env in args.env or list(DEMO_CONFIGS):
+        choose("env", env, DEMO_CONFIGS)
+        path = write_demos(env, args.n or sizes[env], seed=args.seed)
+        print(f"{env}: {args.n or sizes[env]} expert episodes -> {path}")
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    from .claims import run_claims
+    return run_claims(args.claims, seeds=args.seeds, quick=args.quick, workers=args.workers, out_dir=args.out_dir,
+                      update_readme=not args.no_readme)
+
+
 def cmd_bench(args) -> int:
     choose("benchmark", args.name, BENCHES)
     module = importlib.import_module(BENCHES[args.name])
@@ -214,6 +230,19 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--out", default="toyrl_demo.png", help="figure path")
     d.set_defaults(func=cmd_demo)
+    dm = sub.add_parser("demos", help="write the expert demonstrations shipped in data/demos/")
+    dm.add_argument("--env", nargs="+", default=None)
+    dm.add_argument("--n", type=int, default=None, help="episodes per env")
+    dm.add_argument("--seed", type=int, default=0)
+    dm.set_defaults(func=cmd_demos)
+    r = sub.add_parser("reproduce", help="the claims ledger: test the source article's claims at toy scale")
+    r.add_argument("claims", nargs="*", help="claim names (default: all)")
+    r.add_argument("--seeds", type=int, default=5)
+    r.add_argument("--quick", action="store_true", help="smaller runs (the whole ledger in minutes)")
+    r.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
+    r.add_argument("--out-dir", default=None, help="where the JSON and figures go (default data/claims)")
+    r.add_argument("--no-readme", action="store_true", help="do not regenerate the README claims table")
+    r.set_defaults(func=cmd_reproduce)
     b = sub.add_parser("bench", help=f"run a benchmark ({', '.join(BENCHES)})")
     b.add_argument("name")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")

@@ -31,9 +31,9 @@ from .diagnostics import stability_report
 from .envs import ENVS, make_core
 from .filters import FILTERS
 from .objectives import CLIP_SCHEMES, loss_mask, policy_loss
-from .policies import make_policy
+from .policies.factory import build_policy, is_policy_name, policy_names
 from .credit.critics import TurnCritic, value_loss
-from .rollout import CONTEXTS, ToyCodec, recompute_logp, rollout
+from .rollout import CONTEXTS, recompute_logp, rollout
 from .tree import STRATEGIES, tree_rollout
 
 __all__ = ["TrainConfig", "RunLog", "Trainer", "train", "CRITIC_ESTIMATORS"]
@@ -50,7 +50,7 @@ class TrainConfig:
     env_kwargs: dict = field(default_factory=dict)
     """arguments of the env core (e.g. {"map_name": "4x4", "slip": 0.1})"""
     policy: str = "tiny"
-    """toy transformer preset (see toyrl.policies.PRESETS)"""
+    """policy name: a toy transformer preset (tiny | small | base), see toyrl.policies.factory"""
     n_think: int = 2
     """distinct thinking tokens in the vocabulary"""
     think_max: int = 2
@@ -135,6 +135,8 @@ class TrainConfig:
                                   ("clip", self.clip, CLIP_SCHEMES), ("context", self.context, CONTEXTS)):
             if name not in valid:
                 raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+        if not is_policy_name(self.policy):
+            raise ValueError(f"unknown policy {self.policy!r}; valid: {', '.join(policy_names())}")
         for f in self.filters:
             if f not in FILTERS:
                 raise ValueError(f"unknown filter {f!r}; valid: {', '.join(FILTERS)}")
@@ -213,17 +215,16 @@ class Trainer:
         if cfg.max_turns is not None:
             env_kwargs["max_turns"] = cfg.max_turns
         self.core = make_core(cfg.env, self.B, seed=cfg.seed, **env_kwargs)
-        self.codec = ToyCodec.for_core(self.core, cfg.n_think, cfg.think_max)
-        self.policy = make_policy(cfg.policy, self.codec.size, self.device)
+        self.policy, self.codec = build_policy(cfg.policy, self.core, self.device, n_think=cfg.n_think,
+                                               think_max=cfg.think_max)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.ref = None
         self.history = deque(maxlen=cfg.staleness + 1)         # policy weights of the last updates
         self.behaviour = copy.deepcopy(self.policy) if cfg.staleness else self.policy
         self.step_idx = 0
         self.log = RunLog(log_path, asdict(cfg))
-        use_critic = cfg.critic if cfg.critic is not None else cfg.estimator in CRITIC_ESTIMATORS
-        self.critic = TurnCritic(self.policy.config.d_model).to(self.device) if use_critic else None
-        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.critic_lr) if use_critic else None
+        self.use_critic = cfg.critic if cfg.critic is not None else cfg.estimator in CRITIC_ESTIMATORS
+        self.critic = self.critic_opt = None                   # built on first use, sized to the hidden states
 
     # ---- data --------------------------------------------------------------------------------
     def sample(self, policy=None, greedy: bool = False, tasks=None) -> "Rollout":
@@ -258,6 +259,9 @@ class Trainer:
         """Values for the batch (before the update) and one critic step on Monte Carlo return targets."""
         b = ro.batch
         hid, turn_h = self.critic_features(ro)
+        if self.critic is None:
+            self.critic = TurnCritic(hid.shape[-1]).to(self.device)
+            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.cfg.critic_lr)
         values = self.critic(turn_h)                                                    # (B, H)
         target = b.returns(self.cfg.critic_gamma)
         loss = value_loss(values, target, b.turn_mask)
@@ -322,7 +326,7 @@ class Trainer:
         ro = self.sample(self.behaviour)
         b = ro.batch
         t1 = time.perf_counter()
-        crit = self.fit_critic(ro) if self.critic is not None else {}
+        crit = self.fit_critic(ro) if self.use_critic else {}
         b = ro.batch
         adv = self.advantages(ro, crit.pop("token_values", None))
         lmask = loss_mask(b.policy_mask, b.turn_id, cfg.mask_env_tokens)
