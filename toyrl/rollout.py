@@ -230,14 +230,26 @@ def play(policy, core: BatchedCore, episodes: list, codec, *, temperature: float
     allowed = codec.allowed(device) if constrain else None
     stops = codec.stop_tokens(device)
     stats = {"tokens_generated": 0, "turns_resampled": 0}
+    # with the full context and a policy that returns a KV cache (``Generation.past``), each turn feeds
+    # only the new observation tokens; the stored contexts are the same either way
+    reuse = context == "full" and t2po_eta <= 0
+    past, past_rows = None, None
     while not core.done.all():
         live = np.flatnonzero(~core.done)
         keys = core.state_keys()
         states = {b: core.row_state(b) for b in live} if keep_states else {}
-        ctx, ctx_mask = left_pad([build_context(episodes[b], codec, context, context_k) for b in live],
-                                 codec.PAD, device)                             # (n, L)
-        out = policy.generate(ctx, ctx_mask, codec.max_new, temperature, stop_token=stops, allowed=allowed,
-                              greedy=greedy, generator=generator)
+        full = [build_context(episodes[b], codec, context, context_k) for b in live]
+        ctx, ctx_mask = left_pad(full, codec.PAD, device)                      # (n, L)
+        if past is not None:
+            keep = torch.as_tensor(np.searchsorted(past_rows, live), device=device)
+            new, new_mask = left_pad([episodes[b].turns[-1].obs for b in live], codec.PAD, device)
+            out = policy.generate(new, new_mask, codec.max_new, temperature, stop_token=stops, allowed=allowed,
+                                  greedy=greedy, generator=generator, past=past.select(keep))
+        else:
+            out = policy.generate(ctx, ctx_mask, codec.max_new, temperature, stop_token=stops, allowed=allowed,
+                                  greedy=greedy, generator=generator)
+        if reuse:
+            past, past_rows = getattr(out, "past", None), live
         stats["tokens_generated"] += int(out.mask.sum())
         u = (out.entropy * out.mask).sum(1) / out.mask.sum(1).clamp(min=1)     # (n,)
         if t2po_eta > 0:
@@ -261,12 +273,11 @@ def play(policy, core: BatchedCore, episodes: list, codec, *, temperature: float
         sig = _signal(info, core.num_envs)
         g_tok, g_mask = out.tokens.cpu().numpy(), out.mask.cpu().numpy()
         g_lp, g_ent, u = out.logp.cpu().numpy(), out.entropy.cpu().numpy(), u.cpu().numpy()
-        ctx_np, cm_np = ctx.cpu().numpy(), ctx_mask.cpu().numpy()
         for j, b in enumerate(live):
             ep = episodes[b]
             m = g_mask[j]
             ep.turns.append(Turn(
-                context=ctx_np[j][cm_np[j]].tolist(), gen=g_tok[j][m].tolist(), logp=g_lp[j][m].tolist(),
+                context=full[j], gen=g_tok[j][m].tolist(), logp=g_lp[j][m].tolist(),
                 entropy=g_ent[j][m].tolist(), obs=[] if core.done[b] else codec.observe(core, b),
                 reward=float(r[b]), key=int(keys[b]), void=bool(act[j] == VOID), signal=float(sig[b]), u=float(u[j]),
                 state=states.get(b)))

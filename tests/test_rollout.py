@@ -1,0 +1,168 @@
+"""Rollouts: the codec, context policies, matched vs flat recompute, the KV-cache path, trees and forks."""
+import numpy as np
+import pytest
+import torch
+
+from toyrl.envs import VOID, make_core
+from toyrl.policies import make_policy
+from toyrl.rollout import ToyCodec, build_context, recompute_logp, rollout
+from toyrl.tree import branch_weights, tree_rollout
+
+
+def setup(env="gridworld", B=16, G=4, seed=0, **kw):
+    kw = kw or ({"map_name": "4x4", "max_turns": 8} if env == "gridworld" else {})
+    core = make_core(env, B, seed=seed, **kw)
+    codec = ToyCodec.for_core(core)
+    policy = make_policy("tiny", codec.size, seed=seed)
+    tasks = np.repeat(core.sample_tasks(np.random.default_rng(seed), B // G), G, 0)
+    group = np.repeat(np.arange(B // G), G)
+    return core, codec, policy, tasks, group
+
+
+class NoCache:
+    """The same policy without the KV cache across turns (generate returns no ``past``)."""
+
+    def __init__(self, policy):
+        self.p, self.device, self.vocab_size = policy, policy.device, policy.vocab_size
+
+    def generate(self, *a, **kw):
+        out = self.p.generate(*a, **kw)
+        out.past = None
+        return out
+
+
+def test_codec_parse():
+    codec = ToyCodec(n_think=2, n_actions=3, n_obs=5)          # think 4-5, actions 6-8, EOT 2
+    gen = torch.tensor([[4, 7, 0], [4, 2, 0], [5, 4, 5], [8, 0, 0], [4, 10, 6]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]], dtype=torch.bool)
+    assert codec.parse(None, None, gen, mask).tolist() == [1, VOID, VOID, 2, VOID]
+    assert codec.allowed().sum() == 2 + 3 + 1 and codec.max_new == 3
+
+
+def test_batch_layout_and_old_logp():
+    core, codec, policy, tasks, group = setup()
+    ro = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(0))
+    b = ro.batch
+    assert b.B == 16 and (b.turn_mask.sum(1) >= 1).all()
+    assert not (b.policy_mask & b.obs_mask).any()
+    assert (b.old_logp[~b.policy_mask] == 0).all() and (b.old_logp[b.policy_mask] <= 0).all()
+    assert b.tokens[0, 0] == codec.BOS
+    # per-turn records agree with the flat batch
+    ep = ro.episodes[3]
+    assert len(ep.turns) == int(b.turn_mask[3].sum())
+    assert [t.void for t in ep.turns] == b.void_turn[3, :len(ep.turns)].tolist()
+    assert ro.success.tolist() == [bool((b.turn_reward[i] > 0).any()) for i in range(b.B)]
+
+
+@pytest.mark.parametrize("context", ["full", "last_k", "summary"])
+def test_matched_recompute_gives_ratio_one_and_flat_does_not(context):
+    core, codec, policy, tasks, group = setup(B=16)
+    ro = rollout(policy, core, tasks, group, codec=codec, context=context, context_k=1,
+                 generator=torch.Generator().manual_seed(1))
+    b = ro.batch
+    with torch.no_grad():
+        matched, _ = recompute_logp(policy, ro, "matched")
+        flat, _ = recompute_logp(policy, ro, "flat")
+    m = b.policy_mask
+    assert (matched - b.old_logp)[m].abs().max() < 1e-5                     # ratio exactly 1 (to float noise)
+    gap = (flat - b.old_logp)[m].abs().max()
+    if context == "full":
+        assert gap < 1e-5
+    else:
+        assert gap > 1e-2                                                    # the trainer sees another context
+        first = b.turn_id == 0                                               # turn 0 has the same context either way
+        assert (flat - b.old_logp)[m & first].abs().max() < 1e-5
+
+
+def test_kv_cache_path_equals_recomputing_every_turn():
+    core, codec, policy, tasks, group = setup(B=16)
+    a = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(2))
+    b = rollout(NoCache(policy), core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a.batch.tokens, b.batch.tokens)
+    assert (a.batch.old_logp - b.batch.old_logp).abs().max() < 1e-5
+
+
+def test_context_policies_truncate():
+    core, codec, policy, tasks, group = setup(B=4, G=4)
+    ro = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(0))
+    ep = max(ro.episodes, key=lambda e: len(e.turns))
+    assert len(ep.turns) >= 3
+    full = build_context(ep, codec, "full")
+    last1 = build_context(ep, codec, "last_k", 1)
+    summ = build_context(ep, codec, "summary", 1)
+    assert full == ep.prompt + sum((t.gen + t.obs for t in ep.turns), [])
+    assert last1 == ep.prompt + ep.turns[-1].gen + ep.turns[-1].obs
+    assert len(last1) < len(summ) < len(full)
+    assert all(not codec.think0 <= t < codec.act0 for t in summ[len(ep.prompt):-len(ep.turns[-1].gen + ep.turns[-1].obs)])
+
+
+def test_same_generator_seed_same_rollout():
+    core, codec, policy, tasks, group = setup()
+    a = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(5))
+    b = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a.batch.tokens, b.batch.tokens) and torch.equal(a.batch.state_key, b.batch.state_key)
+
+
+def test_t2po_resamples_and_counts_tokens():
+    core, codec, policy, tasks, group = setup()
+    ro = rollout(policy, core, tasks, group, codec=codec, t2po_eta=0.3, generator=torch.Generator().manual_seed(0))
+    assert ro.stats["turns_resampled"] > 0
+    assert ro.stats["tokens_generated"] > ro.stats["policy_tokens"]
+
+
+@pytest.mark.parametrize("strategy", ["tree", "arpo", "patr"])
+def test_tree_rollout_shares_prefixes_and_respects_budget(strategy):
+    core, codec, policy, tasks, group = setup(B=16, G=4)
+    ro = tree_rollout(policy, core, tasks[::4], group[::4], codec=codec, group_size=4, strategy=strategy,
+                      rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
+    b = ro.batch
+    assert b.B > 4 * 2                                                        # branches were added
+    assert ro.stats["tokens_generated"] >= ro.stats["token_budget"] or ro.stats["tree_rounds"] == 16
+    # a branch shares its parent's first turns (same records, same node ids, same tokens)
+    shared = 0
+    for i in range(b.B):
+        for j in range(i + 1, b.B):
+            k = 0
+            while k < b.H and b.turn_mask[i, k] and b.turn_mask[j, k] and b.node[i, k] == b.node[j, k]:
+                k += 1
+            if k:
+                shared += 1
+                end = int(((b.turn_id[i] >= 0) & (b.turn_id[i] < k)).sum())
+                assert torch.equal(b.tokens[i, :end], b.tokens[j, :end])
+    assert shared > 0
+    assert (b.group[:, None] == torch.as_tensor(group[::4])[None]).any(1).all()
+
+
+def test_forked_state_replays_the_episode():
+    """Restoring the env state stored before turn k and replaying the same actions reproduces the episode."""
+    core, codec, policy, tasks, group = setup(B=8, G=8)
+    ro = tree_rollout(policy, core, tasks[:1], group[:1], codec=codec, group_size=8, strategy="tree",
+                      rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
+    ep = max(ro.episodes, key=lambda e: len(e.turns))
+    k = len(ep.turns) // 2
+    fork = core.from_rows([ep.turns[k].state])
+    for t in ep.turns[k:]:
+        assert fork.state_keys()[0] == t.key
+        a = codec.parse(fork, np.array([0]), torch.tensor([t.gen + [0] * (codec.max_new - len(t.gen))]),
+                        torch.tensor([[True] * len(t.gen) + [False] * (codec.max_new - len(t.gen))]))
+        _, r, *_ = fork.step(a)
+        assert r[0] == t.reward
+
+
+def test_arpo_weights():
+    class T:
+        def __init__(self, e):
+            self.entropy = [e]
+
+    class E:
+        turns = [T(1.0), T(2.5), T(0.0)]
+    w = branch_weights([E()], [(0, 1), (0, 2)], "arpo")
+    assert np.allclose(w, [0.8, 0.3])
+
+
+def test_rollout_validates():
+    core, codec, policy, tasks, group = setup()
+    with pytest.raises(ValueError, match="context"):
+        rollout(policy, core, tasks, group, codec=codec, context="nope")
+    with pytest.raises(ValueError, match="tasks and group"):
+        rollout(policy, core, tasks[:3], group, codec=codec)
