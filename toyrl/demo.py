@@ -13,10 +13,10 @@ import numpy as np
 
 from .train import TrainConfig, train
 
-DEMO_ENV = {"map_name": "4x4", "max_turns": 8}
+DEMO_ENV = {"map_name": "4x4", "max_turns": 16}
 
 
-def demo_configs(steps: int = 120, seed: int = 0) -> dict[str, TrainConfig]:
+def demo_configs(steps: int = 80, seed: int = 0) -> dict[str, TrainConfig]:
     base = dict(env="gridworld", env_kwargs=dict(DEMO_ENV), steps=steps, seed=seed, progress=False)
     return {"grpo": TrainConfig(estimator="grpo", **base),
             "gigpo": TrainConfig(estimator="gigpo", estimator_kwargs={"gamma": 0.95, "omega": 1.0}, **base)}
@@ -33,9 +33,9 @@ def first_step_reaching(values: np.ndarray, level: float) -> Optional[int]:
 
 
 def run_demo(out: Optional[str] = "toyrl_demo.png", steps: Optional[int] = None, seed: int = 0) -> dict:
-    steps = steps or 120
+    steps = steps or 80
     logs = {name: train(cfg) for name, cfg in demo_configs(steps, seed).items()}
-    print(f"GridWorld 4x4 (fixed map), 8 tasks x 8 rollouts per step, {steps} steps, seed {seed}")
+    print(f"GridWorld 4x4 (fixed map, 16 turns), 8 tasks x 8 rollouts per step, {steps} steps, seed {seed}")
     print(f"{'estimator':10s} {'success(last 10)':>17s} {'reward std':>11s} {'zero-var frac':>14s} {'step to 50%':>12s}")
     summary = {}
     for name, log in logs.items():
