@@ -203,6 +203,27 @@ def cmd_reproduce(args) -> int:
                       update_readme=not args.no_readme)
 
 
+# notebook data: NAME -> module whose precompute(out_dir=None) writes data/runs/NAME/
+PRECOMPUTE = {
+    "echo_trap": "toyrl.viz.echo",
+    "void": "toyrl.viz.void",
+    "context": "toyrl.viz.context",
+    "critics": "toyrl.viz.critics",
+    "trees": "toyrl.viz.trees",
+    "aggregation": "toyrl.viz.aggregation",
+    "prototype": "toyrl.viz.prototype",
+}
+
+
+def cmd_precompute(args) -> int:
+    for name in args.names or list(PRECOMPUTE):
+        choose("precompute target", name, PRECOMPUTE)
+        module = importlib.import_module(PRECOMPUTE[name])
+        kw = {"out_dir": args.out_dir} if args.out_dir else {}
+        print(f"{name}: {module.precompute(**kw)}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     choose("benchmark", args.name, BENCHES)
     module = importlib.import_module(BENCHES[args.name])
@@ -243,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out-dir", default=None, help="where the JSON and figures go (default data/claims)")
     r.add_argument("--no-readme", action="store_true", help="do not regenerate the README claims table")
     r.set_defaults(func=cmd_reproduce)
+    pc = sub.add_parser("precompute", help="recompute the runs the notebooks load from data/runs/")
+    pc.add_argument("names", nargs="*", help=f"targets (default: all): {', '.join(PRECOMPUTE)}")
+    pc.add_argument("--out-dir", default=None)
+    pc.set_defaults(func=cmd_precompute)
     b = sub.add_parser("bench", help=f"run a benchmark ({', '.join(BENCHES)})")
     b.add_argument("name")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")

@@ -1,0 +1,15 @@
+"""Pure plotting and analysis functions behind the notebooks' figures and widgets.
+
+Each module serves one notebook and is imported by its full name (nothing is imported here, so
+modules can be added without registering them):
+
+- ``toyrl.viz.plots``       shared matplotlib helpers: token colours, masked heatmaps, run-log curves
+- ``toyrl.viz.trajectory``  notebook 00: a rollout turn by turn, flat vs turn view, a training log
+- ``toyrl.viz.credit``      notebook 01: every estimator on one batch, GiGPO anchor groups on the map
+- ``toyrl.viz.echo``        notebook 02: the Echo Trap, collapse-step detection, precomputed runs
+- ``toyrl.viz.ratios``      notebook 03: env-token masking, ratio levels, clipping under staleness
+- ``toyrl.viz.void``, ``context``, ``critics``, ``trees``, ``aggregation``, ``prototype``: notebooks 04-10
+
+A widget callback is a thin wrapper: ``fig = toyrl.viz.credit.plot_estimators(...)`` with the slider
+values as keyword arguments; ``tests/test_viz_core.py`` calls the same functions over each slider range.
+"""

@@ -1,0 +1,210 @@
+"""The Echo Trap (RAGEN, arXiv 2504.20073): within-group reward variance collapses before the reward.
+
+Trajectory-level GRPO gives one advantage per trajectory, A_i = (R_i - mean_g R) / std_g R. When a
+group's G rollouts all get the same reward, std_g R = 0 and the group contributes no gradient. A
+policy whose reasoning and actions collapse onto one template per task makes every group uniform:
+the zero-variance fraction rises and the mean within-group std falls while the mean reward can
+still be high. From then on only a few groups carry signal, their normalized advantages are large,
+and an aggressive update (high learning rate, several PPO epochs, no gradient clipping) can tip
+the now near-deterministic policy into a failing template it can no longer leave: every group
+fails identically, so the gradient is exactly zero. That is the trap.
+
+Detection rule (``collapse_steps``), documented so it can be argued with:
+  smooth reward_mean and reward_std with a trailing moving average of ``window`` steps; the
+  *drop step* of a curve is the first step at which its smoothed value falls below ``frac`` times
+  its running maximum, counted only once that running maximum has reached ``min_peak``
+  (so a run that never learned has no drop). std uses frac 0.5, min_peak 0.15; mean frac 0.5,
+  min_peak 0.3. A successful run that stays up has a std drop (variance also vanishes when every
+  rollout succeeds) and no mean drop; a collapsed run has both.
+
+Heavier runs are precomputed by ``precompute(out_dir)`` into ``data/runs/echo_trap/*.jsonl`` (a
+few columns per step) and loaded by the notebook (``load_runs``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..train import RunLog, TrainConfig, train
+from .plots import log_columns, mark_steps, new_figure, smooth
+
+__all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "precompute",
+           "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "DATA_DIR"]
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "echo_trap"
+
+#: the setting where the toy collapses: random 4x4 maps (the policy must read the map), an aggressive
+#: optimizer (lr 3e-2, 4 PPO epochs, no gradient clipping), no KL, 2 thinking tokens, small groups
+ECHO_BASE = dict(env="gridworld", env_kwargs={"size": 4, "p_frozen": 0.9, "max_turns": 10}, estimator="grpo",
+                 lr=3e-2, ppo_epochs=4, grad_clip=0.0, prompts_per_step=4, group_size=8, n_think=2, steps=120)
+
+#: the runs the notebook's widget chooses between: name -> overrides of ECHO_BASE
+VARIANTS = {
+    "grpo": {},
+    "starpo_s_p0.25": {"filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}},
+    "starpo_s_p0.5": {"filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.5}}},
+    "critic": {"estimator": "gae"},
+    "clip_higher": {"clip": "clip_higher"},
+    "starpo_s_all": {"filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}, "estimator": "gae",
+                     "clip": "clip_higher"},
+}
+
+#: run-log columns kept in the precomputed files
+KEEP_KEYS = ("step", "reward_mean", "reward_std", "zero_var_frac", "success_rate", "template_entropy",
+             "template_mi", "entropy", "grad_norm", "clip_frac", "turns_per_episode", "void_turn_rate", "kept_frac")
+
+
+def variant_name(filter_on: bool = False, top_p: float = 0.25, critic: bool = False, clip_higher: bool = False) -> str:
+    """The VARIANTS key closest to a widget setting (top_p rounds to 0.25 or 0.5)."""
+    if filter_on and critic and clip_higher:
+        return "starpo_s_all"
+    if filter_on:
+        return "starpo_s_p0.25" if top_p < 0.375 else "starpo_s_p0.5"
+    if critic:
+        return "critic"
+    if clip_higher:
+        return "clip_higher"
+    return "grpo"
+
+
+def echo_config(variant: str = "grpo", seed: int = 0, steps: Optional[int] = None, **override) -> TrainConfig:
+    """The TrainConfig of a named variant (``VARIANTS``) at a seed."""
+    kw = {**ECHO_BASE, **VARIANTS[variant], **override, "seed": seed, "progress": False}
+    if steps is not None:
+        kw["steps"] = steps
+    return TrainConfig(**kw)
+
+
+def drop_step(x, *, window: int = 5, frac: float = 0.5, min_peak: float = 0.15) -> Optional[int]:
+    """First index where the trailing ``window``-average of ``x`` is below ``frac`` x its running max,
+    once that running max is >= ``min_peak``; None if it never happens.
+
+    Example: drop_step([0, .4, .4, .4, .1, .1, .1], window=1, frac=.5, min_peak=.3) -> 4.
+    """
+    s = smooth(x, window)
+    s = np.where(np.isfinite(s), s, 0.0)
+    peak = np.maximum.accumulate(s) if len(s) else s
+    hit = (peak >= min_peak) & (s < frac * peak)
+    return int(np.argmax(hit)) if hit.any() else None
+
+
+def collapse_steps(log, *, window: int = 5, std_frac: float = 0.5, std_min_peak: float = 0.15,
+                   mean_frac: float = 0.5, mean_min_peak: float = 0.3) -> tuple[Optional[int], Optional[int]]:
+    """(std_drop_step, mean_drop_step) of a run log (RunLog, rows or dict of columns); see the
+    module docstring for the rule. Steps are the log's ``step`` values."""
+    cols = log_columns(log, ["step", "reward_mean", "reward_std"])
+    steps = cols["step"]
+    s = drop_step(cols["reward_std"], window=window, frac=std_frac, min_peak=std_min_peak)
+    m = drop_step(cols["reward_mean"], window=window, frac=mean_frac, min_peak=mean_min_peak)
+    at = lambda i: None if i is None else int(steps[i]) if np.isfinite(steps[i]) else i   # noqa: E731
+    return at(s), at(m)
+
+
+def _slim(rows: list) -> list:
+    return [{k: r.get(k) for k in KEEP_KEYS} for r in rows]
+
+
+def precompute(out_dir=DATA_DIR, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0, 1, 2),
+               steps: Optional[int] = None) -> list[Path]:
+    """Train every (variant, seed) and write ``out_dir/{variant}_s{seed}.jsonl`` (KEEP_KEYS only,
+    the config on the first line as {"config": ...}). Returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for v in variants:
+        for seed in seeds:
+            cfg = echo_config(v, seed, steps)
+            log = train(cfg)
+            path = out_dir / f"{v}_s{seed}.jsonl"
+            with open(path, "w") as f:
+                f.write(json.dumps({"config": {k: val for k, val in asdict(cfg).items() if k != "progress"}}) + "\n")
+                for r in _slim(log.rows):
+                    f.write(json.dumps(r) + "\n")
+            paths.append(path)
+    return paths
+
+
+def load_runs(data_dir=DATA_DIR, variant: Optional[str] = None) -> dict:
+    """{(variant, seed): RunLog} of the precomputed files (optionally one variant)."""
+    out = {}
+    for path in sorted(Path(data_dir).glob("*_s*.jsonl")):
+        v, _, s = path.stem.rpartition("_s")
+        if variant is not None and v != variant:
+            continue
+        log = RunLog()
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if "config" in row:
+                    log.config = row["config"]
+                else:
+                    log.rows.append(row)
+        out[(v, int(s))] = log
+    return out
+
+
+def summarize_runs(runs: dict, **rule) -> list[dict]:
+    """One dict per run: variant, seed, std / mean drop steps, peak and final mean reward (last 10 steps),
+    and whether the std drop came first (``std_first``: both found and std step < mean step)."""
+    rows = []
+    for (v, seed), log in sorted(runs.items()):
+        s, m = collapse_steps(log, **rule)
+        mean = log_columns(log, ["reward_mean"])["reward_mean"]
+        rows.append({"variant": v, "seed": seed, "std_drop": s, "mean_drop": m,
+                     "peak_mean": float(np.nanmax(smooth(mean, 5))), "final_mean": float(np.nanmean(mean[-10:])),
+                     "std_first": s is not None and m is not None and s < m})
+    return rows
+
+
+ECHO_KEYS = ("reward_mean", "reward_std", "zero_var_frac", "template_entropy", "template_mi")
+
+
+def plot_echo(log, *, window: int = 5, title: str = "", keys: Sequence[str] = ECHO_KEYS, **rule):
+    """All Echo Trap signals on one time axis (each scaled to its own max), with the std-drop and
+    mean-drop steps of ``collapse_steps`` marked."""
+    s, m = collapse_steps(log, window=window, **rule)
+    cols = log_columns(log, ["step", *keys])
+    step = cols["step"]
+    fig, axes = new_figure(1, 2, width=5.2, height=3.2)
+    ax = axes[0, 0]
+    colors = {"reward_mean": "#1d3557", "reward_std": "#e63946", "zero_var_frac": "#8d99ae",
+              "template_entropy": "#f4a261", "template_mi": "#2a9d8f"}
+    for k in ("reward_mean", "reward_std", "zero_var_frac"):
+        if k in keys:
+            ax.plot(step, smooth(cols[k], window), label=k, color=colors[k], lw=1.6)
+    mark_steps(ax, {"std drop": s, "mean drop": m})
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_title("reward and its within-group spread", fontsize=9)
+    ax.legend(fontsize=7)
+    ax2 = axes[0, 1]
+    for k in ("template_entropy", "template_mi"):
+        if k in keys:
+            ax2.plot(step, smooth(cols[k], window), label=k + " (nats)", color=colors[k], lw=1.6)
+    mark_steps(ax2, {"std drop": s, "mean drop": m})
+    ax2.set_xlabel("step", fontsize=8)
+    ax2.set_title("reasoning-template diversity", fontsize=9)
+    ax2.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def echo_panel(filter_on: bool = False, top_p: float = 0.25, critic: bool = False, clip_higher: bool = False,
+               seed: int = 0, *, live: bool = False, data_dir=DATA_DIR, steps: Optional[int] = None):
+    """The widget figure: the run of the chosen stabilizer setting at ``seed`` (precomputed, or
+    trained now with ``live=True``), drawn by ``plot_echo``."""
+    v = variant_name(filter_on, top_p, critic, clip_higher)
+    if live:
+        log = train(echo_config(v, seed, steps))
+    else:
+        runs = load_runs(data_dir, v)
+        if (v, seed) not in runs:
+            raise FileNotFoundError(f"no precomputed run {v}_s{seed} in {data_dir}; pass live=True")
+        log = runs[(v, seed)]
+    s, m = collapse_steps(log)
+    return plot_echo(log, title=f"{v}, seed {seed}: std drop at {s}, mean drop at {m}")

@@ -1,0 +1,125 @@
+"""Shared matplotlib helpers for the notebooks: token colours, masked heatmaps, run-log curves.
+
+Every helper takes data and returns (or draws on) a matplotlib Figure / Axes; none reads global
+state, so a widget callback is ``fig = f(**slider_values)`` and a test can call the same line.
+
+    fig = plot_log(log, ["reward_mean", "reward_std"])       # one panel per key, step on the x axis
+    heatmap(ax, adv_BH, mask_BH, title="GRPO")               # turns x trajectories, symmetric colours
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["KINDS", "KIND_COLORS", "new_figure", "heatmap", "plot_log", "smooth", "as_numpy", "log_columns",
+           "mark_steps"]
+
+#: token kinds of a flat multi-turn sequence, in the order of their integer codes
+KINDS = ("pad", "prompt", "think", "action", "void", "obs")
+#: one colour per kind: policy tokens warm (think / action / void), environment tokens cool
+KIND_COLORS = {"pad": "#ffffff", "prompt": "#9e9e9e", "think": "#f4a261", "action": "#e76f51",
+               "void": "#6d214f", "obs": "#2a9d8f"}
+
+
+def as_numpy(x) -> np.ndarray:
+    """A tensor / list / array as a float numpy array (detached, on the CPU)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=float)
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 4.0, height: float = 3.0, **kw):
+    """``plt.subplots`` sized per panel; axes always returned as a 2-D array."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
+    return fig, axes
+
+
+def heatmap(ax, values, mask=None, *, title: str = "", vmax: Optional[float] = None, cmap: str = "RdBu_r",
+            xlabel: str = "trajectory", ylabel: str = "turn", colorbar: bool = True, annotate: bool = False):
+    """Draw a (B, H) array as a turn (rows) x trajectory (columns) heatmap; masked cells are blank.
+
+    Colours are symmetric around 0 (``vmax`` defaults to the largest |value|), so red = credit,
+    blue = blame. Returns the image.
+    """
+    v = as_numpy(values)
+    m = np.ones_like(v, dtype=bool) if mask is None else as_numpy(mask).astype(bool)
+    data = np.ma.masked_array(v, ~m).T                                     # (H, B)
+    if vmax is None:
+        vmax = float(np.abs(v[m]).max()) if m.any() else 1.0
+    vmax = vmax if vmax > 0 else 1.0
+    im = ax.imshow(data, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    if annotate:
+        for (h, b), val in np.ndenumerate(data.filled(np.nan)):
+            if np.isfinite(val):
+                ax.text(b, h, f"{val:.1f}", ha="center", va="center", fontsize=6)
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    return im
+
+
+def smooth(x, window: int = 1) -> np.ndarray:
+    """Trailing moving average (the first points average what exists so far); NaNs are skipped.
+
+    Example: smooth([0, 2, 4], 2) -> [0., 1., 3.].
+    """
+    x = as_numpy(x)
+    if window <= 1 or len(x) == 0:
+        return x.copy()
+    ok = np.isfinite(x)
+    c = np.concatenate([[0.0], np.cumsum(np.where(ok, x, 0.0))])
+    n = np.concatenate([[0], np.cumsum(ok)])
+    i = np.arange(1, len(x) + 1)
+    lo = np.maximum(i - window, 0)
+    cnt = n[i] - n[lo]
+    return np.where(cnt > 0, (c[i] - c[lo]) / np.maximum(cnt, 1), np.nan)
+
+
+def log_columns(log, keys: Sequence[str]) -> dict:
+    """{key: (steps,) float array} from a RunLog, a list of row dicts or a dict of arrays."""
+    if isinstance(log, dict):
+        return {k: as_numpy(log[k]) for k in keys}
+    rows = log.rows if hasattr(log, "rows") else log
+    return {k: np.array([np.nan if r.get(k) is None else r.get(k, np.nan) for r in rows], dtype=float)
+            for k in keys}
+
+
+def mark_steps(ax, steps: dict) -> None:
+    """Vertical dashed lines at named steps ({label: step or None}); None is skipped."""
+    colors = ["#c0392b", "#2c3e50", "#8e44ad", "#16a085"]
+    for j, (label, s) in enumerate(steps.items()):
+        if s is not None:
+            ax.axvline(s, ls="--", lw=1.2, color=colors[j % len(colors)], label=f"{label} (step {s})")
+
+
+def plot_log(log, keys: Sequence[str], *, window: int = 1, ncols: int = 4, marks: Optional[dict] = None,
+             title: str = ""):
+    """One panel per run-log key against the step, optionally smoothed and with marked steps."""
+    cols = log_columns(log, list(keys) + ["step"])
+    step = cols.pop("step")
+    if not np.isfinite(step).all():
+        step = np.arange(len(step), dtype=float)
+    ncols = min(ncols, len(keys))
+    nrows = int(np.ceil(len(keys) / ncols))
+    fig, axes = new_figure(nrows, ncols, width=3.4, height=2.5)
+    for ax, k in zip(axes.flat, keys):
+        y = cols[k]
+        ax.plot(step, y, color="#bbbbbb", lw=0.8)
+        if window > 1:
+            ax.plot(step, smooth(y, window), color="#1d3557", lw=1.6)
+        ax.set_title(k, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if marks:
+            mark_steps(ax, marks)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,267 @@
+"""A multi-turn rollout made visible: tokens by kind, turn by turn, and the same rollout flat.
+
+Dimension legend: B rollouts, T flat token positions, H turns.
+
+A trajectory is ``prompt, a_1, o_1, a_2, o_2, ...``: policy tokens ``a_k`` (thinking tokens then
+one action token, or an EOT = a void turn) interleaved with environment tokens ``o_k``. The
+trainer sees it *flat* (one (T,) row of a ``TurnBatch``); the environment sees it *by turn* (a
+table with one row per turn). This module computes both views of one row, and draws them.
+
+    ro, core, codec = sample_rollout("gridworld", n=4, seed=0)
+    table = turns_table(ro, row=0, core=core)             # list of dicts, one per turn
+    fig = plot_flat_vs_turns(ro, row=0, core=core)         # flat strip above, one strip per turn below
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Optional
+
+import matplotlib.patches as mpatches
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from ..envs import make_core
+from ..envs.core import VOID
+from ..policies.factory import build_policy
+from ..rollout import Rollout, rollout, to_rollout
+from .plots import KIND_COLORS, KINDS, new_figure, plot_log
+
+__all__ = ["sample_rollout", "token_kinds", "token_labels", "flat_view", "turns_table", "turn_actions",
+           "episode_texts", "plot_flat_vs_turns", "rollout_figure", "plot_turn_strips", "plot_training", "ENV_PRESETS"]
+
+#: small settings of each env for drawing (MockSearch: 1 noise sentence so a turn fits a figure)
+ENV_PRESETS = {
+    "gridworld": {"map_name": "4x4", "max_turns": 8},
+    "bandit_chain": {"stages": 3, "arms": 3, "layout_seed": 0, "max_turns": 6},
+    "mock_search": {"noise_sentences": 1, "max_turns": 3, "hops": (1, 2)},
+}
+
+
+@lru_cache(maxsize=16)
+def _cached(env: str, n: int, seed: int, temperature: float, policy: str, kw: tuple):
+    core = make_core(env, n, seed=seed, **dict(kw))
+    pol, codec = build_policy("tiny" if policy == "expert" else policy, core, "cpu", seed=seed)
+    rng = np.random.default_rng(seed)
+    tasks = np.repeat(core.sample_tasks(rng, 1), n, 0)                        # one group: same initial state
+    group = np.zeros(n, dtype=np.int64)
+    if policy == "expert":                                                    # the planner, with random slips
+        from .credit import noisy_expert, play_scripted
+        eps = play_scripted(core, codec, tasks, group, noisy_expert(0.3, 0.3, seed), keep_states=False)
+        return to_rollout(eps, codec, "cpu"), core, codec
+    gen = torch.Generator().manual_seed(seed)
+    ro = rollout(pol, core, tasks, group, codec=codec, temperature=temperature, generator=gen)
+    return ro, core, codec
+
+
+def sample_rollout(env: str = "gridworld", n: int = 4, seed: int = 0, *, temperature: float = 1.0,
+                   policy: str = "tiny", env_kwargs: Optional[dict] = None) -> tuple[Rollout, object, object]:
+    """One group of ``n`` rollouts on one task -> (Rollout, core, codec), played by an untrained toy
+    policy (``policy`` = a preset name) or by the planner with random / void turns (``"expert"``).
+
+    Deterministic in its arguments (cached): the same call returns the same objects, so treat them
+    as read-only. ``env_kwargs`` default to ``ENV_PRESETS[env]``.
+    """
+    kw = ENV_PRESETS.get(env, {}) if env_kwargs is None else env_kwargs
+    return _cached(env, int(n), int(seed), float(temperature), policy, tuple(sorted(kw.items())))
+
+
+def token_kinds(ro: Rollout, row: int) -> np.ndarray:
+    """(T,) int codes into ``KINDS`` of row ``row``: pad, prompt, think, action, void (EOT or a
+    token that voids the turn), obs. Example: BOS o o | t a | SEP o | EOT -> 1 1 1 2 3 5 5 4."""
+    b, codec = ro.batch, ro.codec
+    tok = b.tokens[row].cpu().numpy()
+    pm = b.policy_mask[row].cpu().numpy()
+    tid = b.turn_id[row].cpu().numpy()
+    kinds = np.zeros(len(tok), dtype=np.int64)                               # (T,) pad
+    kinds[tid >= 0] = KINDS.index("obs")
+    first = int(np.argmax(pm)) if pm.any() else len(tok)
+    kinds[:first][tid[:first] >= 0] = KINDS.index("prompt")
+    think = pm & (tok >= codec.think0) & (tok < codec.act0)
+    act = pm & (tok >= codec.act0) & (tok < codec.obs0)
+    kinds[think] = KINDS.index("think")
+    kinds[act] = KINDS.index("action")
+    kinds[pm & ~think & ~act] = KINDS.index("void")
+    void = b.void_turn[row].cpu().numpy() if b.void_turn is not None else np.zeros(b.H, bool)
+    for k in np.flatnonzero(void):                                           # a void turn's tokens all void
+        kinds[pm & (tid == k)] = KINDS.index("void")
+    return kinds
+
+
+def token_labels(ro: Rollout, row: int, core=None) -> list[str]:
+    """(T,) short text of each token of row ``row``: BOS, SEP, EOT, think tokens ``t0``, actions by
+    the env's ``action_text`` (or ``a3``), observation tokens decoded by the env where it can."""
+    codec, tok = ro.codec, ro.batch.tokens[row].cpu().tolist()
+    tid = ro.batch.turn_id[row].cpu().tolist()
+    out = []
+    for t, k in zip(tok, tid):
+        if k < 0:
+            out.append("")
+        elif t in (codec.PAD, codec.BOS, codec.EOT, codec.SEP):
+            out.append(("PAD", "BOS", "EOT", "SEP")[t])
+        elif t < codec.act0:
+            out.append(f"t{t - codec.think0}")
+        elif t < codec.obs0:
+            a = t - codec.act0
+            out.append(core.action_text(a) if core is not None else f"a{a}")
+        else:
+            out.append(_obs_label(core, t - codec.obs0))
+    return out
+
+
+def _obs_label(core, o: int) -> str:
+    if core is None:
+        return f"o{o}"
+    if hasattr(core, "vocab"):                                               # MockSearch: a word vocabulary
+        return core.vocab[o] if 0 <= o < len(core.vocab) else f"o{o}"
+    if hasattr(core, "size") and hasattr(core, "map_name"):                  # GridWorld: tiles, then cells
+        return "FHGS"[o] if o < 4 else f"@{divmod(o - 4, core.size)}".replace(" ", "")
+    return f"o{o}"
+
+
+def flat_view(ro: Rollout, row: int) -> dict:
+    """The trainer's view of row ``row``: equal-length arrays over its real tokens (padding cut).
+
+    Keys: tokens, turn_id, policy_mask, kind (codes into KINDS). ``len`` = real tokens.
+    """
+    b = ro.batch
+    real = (b.turn_id[row] >= 0).cpu().numpy()
+    return {"tokens": b.tokens[row].cpu().numpy()[real], "turn_id": b.turn_id[row].cpu().numpy()[real],
+            "policy_mask": b.policy_mask[row].cpu().numpy()[real], "kind": token_kinds(ro, row)[real]}
+
+
+def turn_actions(ro: Rollout, row: int) -> list[int]:
+    """The env action of each turn of row ``row`` (``VOID`` = -1 for a void turn)."""
+    codec, out = ro.codec, []
+    for t in ro.episodes[row].turns:
+        acts = [g - codec.act0 for g in t.gen if codec.act0 <= g < codec.obs0]
+        out.append(VOID if t.void or len(acts) != 1 else acts[0])
+    return out
+
+
+def turns_table(ro: Rollout, row: int, core=None) -> list[dict]:
+    """The environment's view of row ``row``: one dict per turn with the policy's tokens, the
+    action, whether it was void, the number of policy / env tokens, the reward and the state key."""
+    labels = token_labels(ro, row, core)
+    b = ro.batch
+    tid = b.turn_id[row].cpu().numpy()
+    pm = b.policy_mask[row].cpu().numpy()
+    first = int(np.argmax(pm)) if pm.any() else len(pm)
+    acts = turn_actions(ro, row)
+    rows = []
+    for k, t in enumerate(ro.episodes[row].turns):
+        pos = np.flatnonzero(tid == k)
+        pos = pos[pos >= first]                                                # drop the prompt (turn 0)
+        pol = [labels[p] for p in pos if pm[p]]
+        env = [labels[p] for p in pos if not pm[p]]
+        rows.append({"turn": k, "policy": " ".join(pol),
+                     "action": "VOID" if acts[k] == VOID else (core.action_text(acts[k]) if core else str(acts[k])),
+                     "void": bool(t.void), "n_policy": len(pol), "n_env": len(env), "obs": " ".join(env),
+                     "reward": float(t.reward), "state_key": int(t.key) % 10007})
+    return rows
+
+
+def episode_texts(env: str, task, actions, env_kwargs: Optional[dict] = None) -> list[str]:
+    """The env's text before each turn and after the last, replaying ``actions`` on task ``task``.
+
+    A fresh one-copy core is reset to ``task`` and stepped with each action (``VOID`` = -1 allowed);
+    exact for deterministic settings (with ``slip`` > 0 the replay draws its own slips).
+    """
+    kw = ENV_PRESETS.get(env, {}) if env_kwargs is None else env_kwargs
+    core = make_core(env, 1, seed=0, **kw)
+    core.reset(np.asarray(task)[None])
+    texts = [core.render_text(0)]
+    for a in actions:
+        if core.done[0]:
+            break
+        core.step(np.array([a]))
+        texts.append(core.render_text(0))
+    return texts
+
+
+def _short(label: str) -> str:
+    """A token label cut to fit one cell: move[left] -> left, search[Valby] -> ?Valby, answer[x] -> !x."""
+    if "[" in label and label.endswith("]"):
+        name, arg = label[:-1].split("[", 1)
+        label = {"search": "?", "answer": "!"}.get(name, "") + arg
+    return label[:6]
+
+
+def _strip(ax, kinds: np.ndarray, labels: list, y: float = 0.0, fontsize: float = 6.0) -> None:
+    for x, (k, lab) in enumerate(zip(kinds, labels)):
+        ax.add_patch(mpatches.Rectangle((x, y), 0.95, 0.9, color=KIND_COLORS[KINDS[k]]))
+        if lab:
+            ax.text(x + 0.47, y + 0.45, _short(lab), ha="center", va="center", fontsize=fontsize,
+                    color="white" if KINDS[k] in ("action", "void", "obs") else "black")
+
+
+def plot_flat_vs_turns(ro: Rollout, row: int = 0, core=None, *, max_tokens: int = 80):
+    """Top: the flat token sequence of row ``row`` coloured by kind, turn boundaries dashed. Bottom:
+    the same tokens re-laid one turn per line (what the env saw), prompt first."""
+    view = flat_view(ro, row)
+    labels = [lab for lab in token_labels(ro, row, core) if lab]
+    kinds, tid = view["kind"][:max_tokens], view["turn_id"][:max_tokens]
+    labels = labels[:max_tokens]
+    pm = view["policy_mask"][:max_tokens]
+    first = int(np.argmax(pm)) if pm.any() else len(pm)
+    lines = [np.arange(first)] + [np.flatnonzero((tid == k) & (np.arange(len(tid)) >= first))
+                                 for k in range(int(tid.max()) + 1 if len(tid) else 0)]
+    width = max(len(kinds), 1)
+    fig, (top, bot) = plt.subplots(2, 1, figsize=(min(16, 1.5 + 0.3 * width), 1.6 + 0.3 * len(lines)),
+                                   gridspec_kw={"height_ratios": [1.2, 0.3 + 0.3 * len(lines)]})
+    _strip(top, kinds, labels)
+    for x in np.flatnonzero(np.diff(tid) != 0) + 1:
+        top.axvline(x - 0.025, color="black", ls="--", lw=0.8)
+    top.set_xlim(0, max(len(kinds), 1))
+    top.set_ylim(0, 1)
+    top.set_yticks([])
+    top.set_title(f"flat view: row {row}, {len(view['tokens'])} tokens "
+                  f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)", fontsize=9)
+    for j, pos in enumerate(lines):
+        _strip(bot, kinds[pos], [labels[p] for p in pos], y=-j)
+    bot.set_xlim(0, max(max((len(p) for p in lines), default=1), 12))
+    bot.set_ylim(-len(lines) + 1, 1)
+    bot.set_yticks([-j + 0.45 for j in range(len(lines))])
+    bot.set_yticklabels(["prompt"] + [f"turn {k}" for k in range(len(lines) - 1)], fontsize=7)
+    bot.set_xticks([])
+    bot.set_title("turn view: the same tokens, one turn per line", fontsize=9)
+    handles = [mpatches.Patch(color=KIND_COLORS[k], label=k) for k in KINDS[1:]]
+    bot.legend(handles=handles, fontsize=7, ncol=5, loc="upper right", bbox_to_anchor=(1, -0.02))
+    fig.tight_layout()
+    return fig
+
+
+def plot_turn_strips(ro: Rollout, core=None, *, rows: Optional[list] = None, max_turns: int = 8):
+    """One small strip per turn for several rows side by side: policy tokens vs env tokens per turn,
+    how long each turn is, and where void turns happen."""
+    rows = list(range(min(ro.batch.B, 4))) if rows is None else list(rows)
+    fig, axes = new_figure(1, len(rows), width=3.2, height=0.4 + 0.35 * max_turns)
+    for ax, r in zip(axes[0], rows):
+        view, labels = flat_view(ro, r), [lab for lab in token_labels(ro, r, core) if lab]
+        pm, tid = view["policy_mask"], view["turn_id"]
+        first = int(np.argmax(pm)) if pm.any() else len(pm)
+        width = 1
+        for k in range(min(int(tid.max()) + 1, max_turns)):
+            pos = np.flatnonzero((tid == k) & (np.arange(len(tid)) >= first))
+            _strip(ax, view["kind"][pos], [labels[p] for p in pos], y=-k, fontsize=5)
+            width = max(width, len(pos))
+        ax.set_xlim(0, min(width, 14))
+        ax.set_ylim(-max_turns + 1, 1)
+        ax.set_yticks([-k + 0.45 for k in range(max_turns)])
+        ax.set_yticklabels([f"turn {k}" for k in range(max_turns)], fontsize=6)
+        ax.set_xticks([])
+        ax.set_title(f"row {r}: R={float(ro.batch.outcome()[r]):.0f}", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def rollout_figure(env: str = "gridworld", row: int = 0, seed: int = 0, policy: str = "tiny", n: int = 4):
+    """The widget figure of notebook 00: ``plot_flat_vs_turns`` of one row of ``sample_rollout``."""
+    ro, core, _ = sample_rollout(env, n=n, seed=seed, policy=policy)
+    return plot_flat_vs_turns(ro, min(row, ro.batch.B - 1), core)
+
+
+def plot_training(log, keys=("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode",
+                             "void_turn_rate"), window: int = 5):
+    """The curves of a training RunLog (one panel per key, smoothed over ``window`` steps)."""
+    return plot_log(log, list(keys), window=window, ncols=3)
