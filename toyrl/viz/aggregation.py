@@ -1,0 +1,163 @@
+"""Aggregation, normalization and granularity (notebook 8).
+
+Dimension legend: B rollouts, T tokens, G group size, S seeds, N steps.
+
+Four choices that single-turn defaults make for you:
+
+- loss aggregation: under seq-mean-token-mean a token of rollout i weighs 1 / (B |o_i|), so a
+  short rollout's tokens are pushed harder than a long one's (ARLArena, arXiv 2602.21534); under
+  token-mean every token weighs 1 / sum_i |o_i| (``token_weights``);
+- std normalization: GRPO divides by the group's reward std, which gives a task solved 1 time in
+  8 as much total advantage as a task solved 4 times in 8; mean-only baselines (Dr. GRPO, RLOO)
+  scale it by the spread (LOOP, arXiv 2502.01600; ``advantage_mass``);
+- ratio granularity: LOOP's asymmetric clip with the ratio per token, per turn or per trajectory;
+- behaviour cloning before RL (``bc_steps``).
+
+Precompute: ``python -m toyrl.viz.aggregation`` (writes data/runs/aggregation/{length,loop}.json).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..credit.outcome import dr_grpo, grpo, rloo
+from ..objectives import agg_weights
+from ..train import TrainConfig
+from .prototype import RUNS_DIR, compare, curve_stats, final_mean, save_sweep
+
+__all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "grid_config",
+           "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "precompute", "KEYS"]
+
+KEYS = ("reward_mean", "success_rate", "turns_per_episode", "zero_var_frac", "clip_frac", "grad_norm")
+
+
+def token_weights(lengths, mode: str = "seq-mean-token-mean") -> np.ndarray:
+    """Weight of one token of each rollout in the aggregated loss (len(lengths),), from ``agg_weights``.
+
+    Example: lengths [2, 4]: seq-mean-token-mean -> [0.25, 0.125]; token-mean -> [1/6, 1/6].
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    T = int(max(1, lengths.max()))
+    mask = torch.arange(T)[None, :] < torch.as_tensor(lengths)[:, None]         # (B, T)
+    w = agg_weights(mask, mode, dtype=torch.float64)
+    return w[:, 0].numpy() * (lengths > 0)
+
+
+def advantage_mass(G: int = 8, norms=("grpo", "dr_grpo", "rloo")) -> dict:
+    """Total |A| a group of G binary rewards receives, for k = 0..G successes -> {norm: (G+1,)}.
+
+    GRPO (std): about the same mass for any 0 < k < G, so nearly-always / nearly-never solved tasks
+    weigh as much as 50/50 ones; Dr. GRPO / RLOO (mean only): proportional to k (G - k).
+    Example: G = 2, k = 1 -> grpo 1.414 (ddof 1), dr_grpo 1.0, rloo 2.0.
+    """
+    fns = {"grpo": lambda R, g: grpo(R, g), "dr_grpo": lambda R, g: dr_grpo(R, g), "rloo": lambda R, g: rloo(R, g)}
+    out = {}
+    for name in norms:
+        mass = []
+        for k in range(G + 1):
+            R = torch.zeros(G, dtype=torch.float64)
+            R[:k] = 1.0
+            mass.append(float(fns[name](R, torch.zeros(G, dtype=torch.long)).abs().sum()))
+        out[name] = np.array(mass)
+    return out
+
+
+def plot_token_weights(lengths, ax=None):
+    """Per-token weight vs rollout length under token-mean and seq-mean-token-mean."""
+    import matplotlib.pyplot as plt
+    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.2))[1]
+    lengths = np.asarray(lengths)
+    order = np.argsort(lengths)
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        ax.plot(lengths[order], token_weights(lengths, mode)[order], "o-", label=mode)
+    ax.set_xlabel("rollout length |o_i| (policy tokens)")
+    ax.set_ylabel("weight of one of its tokens")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_advantage_mass(G: int = 8, ax=None):
+    """Total |A| per group vs number of successes k for GRPO, Dr. GRPO and RLOO."""
+    import matplotlib.pyplot as plt
+    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.2))[1]
+    for name, m in advantage_mass(G).items():
+        ax.plot(np.arange(G + 1), m, "o-", label=name)
+    ax.set_xlabel(f"successes k out of G = {G}")
+    ax.set_ylabel("sum_i |A_i| in the group")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def grid_config(steps: int = 30, seed: int = 0, **kw) -> TrainConfig:
+    """GridWorld 4x4 (16 turns at most), P = 4 tasks x G = 8."""
+    env_kwargs = kw.pop("env_kwargs", {"map_name": "4x4", "max_turns": 16})
+    return TrainConfig(env="gridworld", env_kwargs=env_kwargs, prompts_per_step=4, group_size=8, steps=steps,
+                       seed=seed, progress=False, **kw)
+
+
+def length_arms(steps: int = 30) -> dict:
+    """GRPO with token-mean vs seq-mean-token-mean aggregation; Dr. GRPO and RLOO (mean-only baselines)."""
+    return {
+        "GRPO, token-mean": grid_config(steps, agg="token-mean"),
+        "GRPO, seq-mean-token-mean": grid_config(steps, agg="seq-mean-token-mean"),
+        "Dr. GRPO": grid_config(steps, estimator="dr_grpo", agg="seq-mean-token-sum-norm"),
+        "RLOO": grid_config(steps, estimator="rloo"),
+    }
+
+
+def loop_arms(steps: int = 30, bc_steps: int = 20) -> dict:
+    """LOOP (RLOO + asymmetric clip, 2 epochs) with the ratio per token / turn / trajectory, and
+    GRPO with and without ``bc_steps`` of behaviour cloning on random 4x4 maps (the shipped demos)."""
+    loop = grid_config(steps, estimator="rloo", clip="loop", ppo_epochs=2)
+    rand = grid_config(steps, env_kwargs={"size": 4})
+    return {
+        "LOOP token": replace(loop, ratio="token"),
+        "LOOP turn": replace(loop, ratio="turn"),
+        "LOOP trajectory": replace(loop, ratio="trajectory"),
+        "random maps, no BC": rand,
+        f"random maps, BC {bc_steps}": replace(rand, bc_steps=bc_steps),
+    }
+
+
+def granularity_table(sweep: dict, arms=("LOOP token", "LOOP turn", "LOOP trajectory"), key: str = "success_rate",
+                      last: int = 10) -> dict:
+    """{arm: (mean over seeds of the last-``last``-steps mean of ``key``, seed std, mean clip fraction)}."""
+    out = {}
+    for a in arms:
+        m, s = final_mean(sweep[a][key], last)
+        out[a] = (m, s, float(np.nanmean(sweep[a]["clip_frac"])))
+    return out
+
+
+def plot_agg_panel(sweep: dict, key: str = "turns_per_episode", arms=None, smooth_w: int = 5):
+    """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds)."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name in arms or sweep:
+        m, se = curve_stats(sweep[name][key], smooth_w)
+        ax.plot(m, label=name)
+        ax.fill_between(np.arange(len(m)), m - se, m + se, alpha=0.2)
+    ax.set_xlabel("step")
+    ax.set_title(key)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30, which=("length", "loop")) -> list:
+    """Write data/runs/aggregation/length.json and loop.json (``which`` picks)."""
+    out_dir = Path(out_dir or RUNS_DIR / "aggregation")
+    paths = []
+    for name, arms in (("length", length_arms), ("loop", loop_arms)):
+        if name in which:
+            sweep = compare(arms(steps), seeds, keys=KEYS, verbose=True)
+            meta = {"seeds": list(seeds), "steps": steps, "command": f"python -m toyrl.viz.aggregation {name}"}
+            paths.append(save_sweep(out_dir / f"{name}.json", sweep, meta))
+    return paths
+
+
+if __name__ == "__main__":
+    import sys
+    print(precompute(which=tuple(sys.argv[1:]) or ("length", "loop")))

@@ -1,0 +1,129 @@
+"""Context mismatch (notebook 5): the context the policy saw vs the one the trainer recomputes.
+
+Dimension legend: B rollouts, T tokens, H turns, S seeds, N steps.
+
+With ``context="last_k"`` (truncation) or ``"summary"`` the policy writes turn k reading phi(x_k),
+a shortened history. A trainer that recomputes log-probs on the full flattened history x_k
+(``recompute="flat"``) uses the ratio
+
+    rho_flat = pi_theta(a | x_k) / pi_old(a | phi(x_k))     instead of     pi_theta(a | phi(x_k)) / pi_old(a | phi(x_k))
+
+(RTPO, arXiv 2608.18682). Before any update pi_theta = pi_old, so the true ratio is exactly 1 and
+|log rho_flat| is pure bias; it is 0 on the turns where nothing was cut yet (k <= context_k).
+
+    res = ratio_bias_per_turn("last_k", 1)          # mean |log ratio| per turn index, matched vs flat
+
+Precompute the learning curves: ``python -m toyrl.viz.context`` (writes data/runs/context/mismatch.json).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..rollout import recompute_logp
+from ..train import TrainConfig, Trainer
+from .prototype import RUNS_DIR, compare, curve_stats, save_sweep
+
+__all__ = ["grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "context_arms",
+           "plot_context_panel", "precompute", "KEYS"]
+
+KEYS = ("reward_mean", "success_rate", "ratio_max", "ratio_min", "clip_frac", "approx_kl", "tokens_generated")
+
+
+def grid_config(context: str = "last_k", context_k: int = 1, *, recompute: str = "matched", steps: int = 40,
+                seed: int = 0, prompts_per_step: int = 4, **kw) -> TrainConfig:
+    """GridWorld 4x4 with up to 16 turns (episodes of ~9 turns at first): long enough for truncation to bite."""
+    return TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, context=context,
+                       context_k=context_k, recompute=recompute, prompts_per_step=prompts_per_step, group_size=8,
+                       steps=steps, seed=seed, progress=False, **kw)
+
+
+def ratio_bias_per_turn(context: str = "last_k", context_k: int = 1, *, train_steps: int = 0, seed: int = 0,
+                        prompts_per_step: int = 4) -> dict:
+    """Mean |log rho| per turn index on one fresh batch, before any update on it -> dict of (H,) arrays.
+
+    ``matched``: log-probs recomputed under the stored rollout contexts (exactly the behaviour
+    log-probs, up to float error); ``flat``: under the full history. ``turns``: rows reaching each
+    turn index. ``train_steps`` matched GRPO updates first (a policy that reads its context more).
+    """
+    tr = Trainer(grid_config(context, context_k, steps=0, seed=seed, prompts_per_step=prompts_per_step))
+    for _ in range(train_steps):
+        tr.step()
+    ro = tr.sample()
+    b = ro.batch
+    pm = b.policy_mask.float()
+    out = {"turns": b.turn_mask.sum(0).numpy()}
+    for mode in ("matched", "flat"):
+        with torch.no_grad():
+            lp, _ = recompute_logp(tr.policy, ro, mode)
+        d = (lp - b.old_logp).abs() * pm                                        # (B, T)
+        per = b.token_to_turn(d, "sum") / b.token_to_turn(pm, "sum").clamp(min=1)   # (B, H) mean per turn
+        out[mode] = ((per * b.turn_mask).sum(0) / b.turn_mask.sum(0).clamp(min=1)).numpy()
+    return out
+
+
+def bias_slope(res: dict, min_rows: int = 8) -> float:
+    """Least-squares slope of the flat |log rho| against the turn index, over indices with >= min_rows rows.
+
+    Example: flat [0, 0.1, 0.2] with enough rows -> 0.1 per turn.
+    """
+    k = np.flatnonzero(res["turns"] >= min_rows)
+    if len(k) < 2:
+        return 0.0
+    return float(np.polyfit(k, res["flat"][k], 1)[0])
+
+
+def plot_ratio_bias(res: dict, ax=None, title: str = ""):
+    """Bars: mean |log rho| per turn index, matched vs flat; the row count on a second axis."""
+    import matplotlib.pyplot as plt
+    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.2))[1]
+    H = len(res["flat"])
+    x = np.arange(H)
+    ax.bar(x - 0.2, res["matched"], 0.4, label="matched recompute")
+    ax.bar(x + 0.2, res["flat"], 0.4, label="flat recompute (full history)")
+    ax.set_xlabel("turn index k")
+    ax.set_ylabel("mean |log ratio| before any update")
+    ax.set_title(title or "ratio bias per turn index")
+    tw = ax.twinx()
+    tw.plot(x, res["turns"], "k:", lw=1, label="rows with turn k")
+    tw.set_ylabel("rows")
+    ax.legend(loc="upper left", fontsize=8)
+    return ax
+
+
+def context_arms(steps: int = 40) -> dict:
+    """Full context; last_k (k=1) with matched and with flat recompute; last_k with RTPO on tree rollouts."""
+    return {
+        "full context": grid_config("full", steps=steps),
+        "last_k=1, matched": grid_config("last_k", 1, steps=steps),
+        "last_k=1, flat (mismatch)": grid_config("last_k", 1, recompute="flat", steps=steps),
+        "last_k=1, RTPO on trees": grid_config("last_k", 1, steps=steps, estimator="rtpo", rollout="tree"),
+    }
+
+
+def plot_context_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5):
+    """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds)."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name in arms or sweep:
+        m, se = curve_stats(sweep[name][key], smooth_w)
+        ax.plot(m, label=name)
+        ax.fill_between(np.arange(len(m)), m - se, m + se, alpha=0.2)
+    ax.set_xlabel("step")
+    ax.set_title(key)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:
+    """Write data/runs/context/mismatch.json: the four arms of ``context_arms`` on ``seeds``."""
+    sweep = compare(context_arms(steps), seeds, keys=KEYS, verbose=True)
+    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.context"}
+    return save_sweep(Path(out_dir or RUNS_DIR / "context") / "mismatch.json", sweep, meta)
+
+
+if __name__ == "__main__":
+    print(precompute())

@@ -1,0 +1,190 @@
+"""Critics (notebook 6): turn-level value models, ArCHer's double critic and a privileged critic.
+
+Dimension legend: N episodes, H turns, D features, S seeds, N steps of a run.
+
+Three experiments on GridWorld (4x4, random maps unless said otherwise):
+
+- ``collect_grid``: episodes of a behaviour policy (the BFS expert with probability ``p_expert``,
+  else a uniform move) with per-turn features the policy can see (position and hole map, one-hot),
+  a privileged feature it cannot (the BFS distance to the goal, what a reference solution gives;
+  SWEET-RL, arXiv 2503.15478), actions, rewards and discounted returns;
+- ``fit_value``: a ``TurnCritic`` regressed on Monte Carlo returns with or without the privileged
+  feature -> held-out value error per fitting step (how much a critic knows per sample);
+- ``fit_archer``: ArCHer's double Q / V trained by TD (arXiv 2402.19446) -> advantages
+  A = min Q - min V, checked against which moves were the expert's;
+- the trainer-level comparison GRPO vs Turn-PPO (``estimator="turn_gae"``, critic fitted by the
+  trainer, arXiv 2512.17008) across seeds, precomputed by ``python -m toyrl.viz.critics``
+  (data/runs/critics/curves.json).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..batch import discounted_returns
+from ..credit.critics import DoubleCritic, TurnCritic, archer, archer_losses, soft_update, value_loss
+from ..demos import expert_actions, process_scores
+from ..envs import make_core
+from ..train import TrainConfig
+from .prototype import RUNS_DIR, compare, curve_stats, save_sweep
+
+__all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "critic_arms",
+           "plot_critic_panel", "precompute", "KEYS"]
+
+KEYS = ("reward_mean", "success_rate", "critic_loss", "grad_norm")
+
+
+def collect_grid(n: int = 256, *, seed: int = 0, p_expert: float = 0.5, max_turns: int = 10,
+                 gamma: float = 0.9, size: int = 4) -> dict:
+    """N episodes of the expert-or-random behaviour on random maps -> dict of numpy / torch arrays.
+
+    ``obs`` (N, H, 2 n^2) one-hot position + hole map; ``priv`` (N, H, 1) BFS distance / n^2 (1.5 in a
+    dead end); ``action`` / ``action_pi`` (N, H) the move taken and a fresh behaviour sample at the
+    same state (ArCHer's V target); ``expert`` (N, H) the move was the expert's; ``reward``, ``mask``,
+    ``returns`` (N, H) discounted with ``gamma``.
+    """
+    rng = np.random.default_rng(seed)
+    core = make_core("gridworld", n, seed=seed, size=size, max_turns=max_turns)
+    core.reset(core.sample_tasks(rng, n))
+    C = size * size
+    obs = np.zeros((n, max_turns, 2 * C), np.float32)                          # (N, H, 2C)
+    priv = np.zeros((n, max_turns, 1), np.float32)
+    action = np.zeros((n, max_turns), np.int64)
+    action_pi = np.zeros((n, max_turns), np.int64)
+    expert = np.zeros((n, max_turns), bool)
+    reward = np.zeros((n, max_turns), np.float32)
+    mask = np.zeros((n, max_turns), bool)
+    behave = lambda e: np.where(rng.random(n) < p_expert, e, rng.integers(0, 4, n))   # noqa: E731
+    for k in range(max_turns):
+        live = ~core.done
+        if not live.any():
+            break
+        st = core.state
+        obs[np.arange(n), k, st["pos"]] = 1.0
+        obs[:, k, C:] = (st["tiles"] == 1)                                      # holes
+        d = -process_scores(core)
+        priv[:, k, 0] = np.where(d >= 100, 1.5, d / C)
+        e = expert_actions(core)
+        a, a_pi = behave(e), behave(e)
+        action[:, k], action_pi[:, k], expert[:, k], mask[:, k] = a, a_pi, a == e, live
+        _, r, *_ = core.step(np.where(live, a, 0))
+        reward[:, k] = np.where(live, r, 0.0)
+    t = lambda x: torch.as_tensor(x)                                            # noqa: E731
+    ret = discounted_returns(t(reward), t(mask), gamma)
+    return {"obs": t(obs), "priv": t(priv), "action": t(action), "action_pi": t(action_pi), "expert": t(expert),
+            "reward": t(reward), "mask": t(mask), "returns": ret, "gamma": gamma}
+
+
+def features(data: dict, privileged: bool) -> torch.Tensor:
+    """Critic input (N, H, D): the observable one-hots, plus the privileged distance if asked."""
+    return torch.cat([data["obs"], data["priv"]], -1) if privileged else data["obs"]
+
+
+def fit_value(train: dict, test: dict, *, privileged: bool, steps: int = 200, lr: float = 1e-2,
+              seed: int = 0, every: int = 10) -> dict:
+    """Fit V(s_k) on Monte Carlo returns (full-batch AdamW, ``value_loss``) -> held-out MSE curve.
+
+    Returns ``step`` and ``test_mse`` arrays (every ``every`` steps) and the final ``train_mse``.
+    """
+    torch.manual_seed(seed)
+    x, xt = features(train, privileged), features(test, privileged)
+    critic = TurnCritic(x.shape[-1])
+    opt = torch.optim.AdamW(critic.parameters(), lr=lr)
+    curve, at = [], []
+    for s in range(steps + 1):
+        if s % every == 0 or s == steps:
+            with torch.no_grad():
+                curve.append(2 * value_loss(critic(xt), test["returns"], test["mask"]).item())
+                at.append(s)
+        if s == steps:
+            break
+        loss = value_loss(critic(x), train["returns"], train["mask"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        tr = 2 * value_loss(critic(x), train["returns"], train["mask"]).item()
+    return {"step": np.array(at), "test_mse": np.array(curve), "train_mse": tr}
+
+
+def fit_archer(data: dict, *, privileged: bool = False, steps: int = 300, lr: float = 3e-3, tau: float = 0.1,
+               seed: int = 0) -> dict:
+    """Train ArCHer's double critic by TD on the episodes; advantages A = min Q - min V per turn.
+
+    Returns the q / v loss curves, the advantage (N, H) and its mean on expert vs non-expert moves.
+    """
+    torch.manual_seed(seed)
+    s = features(data, privileged)
+    onehot = lambda a: torch.nn.functional.one_hot(a, 4).float()               # noqa: E731
+    a, a_pi = onehot(data["action"]), onehot(data["action_pi"])
+    critic = DoubleCritic(s.shape[-1], 4)
+    target = copy.deepcopy(critic)
+    opt = torch.optim.AdamW(critic.parameters(), lr=lr)
+    ql, vl = [], []
+    for _ in range(steps):
+        q_loss, v_loss = archer_losses(critic, target, s, a, a_pi, data["reward"], data["mask"], gamma=data["gamma"])
+        opt.zero_grad()
+        (q_loss + v_loss).backward()
+        opt.step()
+        soft_update(target, critic, tau)
+        ql.append(q_loss.item())
+        vl.append(v_loss.item())
+    with torch.no_grad():
+        A = archer(critic.q(s, a), critic.v(s), data["mask"])                   # (N, H)
+    m, e = data["mask"], data["expert"]
+    return {"q_loss": np.array(ql), "v_loss": np.array(vl), "adv": A.numpy(),
+            "adv_expert": float(A[m & e].mean()), "adv_other": float(A[m & ~e].mean())}
+
+
+def plot_value_fit(results: dict, ax=None, title: str = ""):
+    """Held-out value MSE vs fitting step for each critic in ``results`` (name -> fit_value output)."""
+    import matplotlib.pyplot as plt
+    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.2))[1]
+    for name, r in results.items():
+        ax.plot(r["step"], r["test_mse"], label=f"{name} (final {r['test_mse'][-1]:.4f})")
+    ax.set_xlabel("critic fitting step")
+    ax.set_ylabel("held-out MSE of V(s_k)")
+    ax.set_yscale("log")
+    ax.set_title(title or "value error: observable vs privileged critic")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def critic_arms(steps: int = 40) -> dict:
+    """GRPO vs Turn-PPO (turn_gae, gamma 0.99, lambda 0.9, trainer-fitted critic) on GridWorld 4x4."""
+    base = TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, prompts_per_step=4,
+                       group_size=8, steps=steps, progress=False)
+    return {"GRPO": base,
+            "Turn-PPO (turn_gae)": replace(base, estimator="turn_gae",
+                                           estimator_kwargs={"gamma": 0.99, "lam": 0.9}, critic_gamma=0.99)}
+
+
+def plot_critic_panel(sweep: dict, key: str = "success_rate", smooth_w: int = 5):
+    """Widget panel: ``key`` over steps for each arm (mean +- s.e. over seeds)."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name in sweep:
+        if key not in sweep[name]:
+            continue
+        m, se = curve_stats(sweep[name][key], smooth_w)
+        ax.plot(m, label=name)
+        ax.fill_between(np.arange(len(m)), m - se, m + se, alpha=0.2)
+    ax.set_xlabel("step")
+    ax.set_title(key)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:
+    """Write data/runs/critics/curves.json: GRPO vs Turn-PPO on ``seeds``."""
+    sweep = compare(critic_arms(steps), seeds, keys=KEYS, verbose=True)
+    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.critics"}
+    return save_sweep(Path(out_dir or RUNS_DIR / "critics") / "curves.json", sweep, meta)
+
+
+if __name__ == "__main__":
+    print(precompute())

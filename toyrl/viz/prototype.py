@@ -1,0 +1,266 @@
+"""Prototype a method, compare it on the same seeds, then port it with verl's signature (notebook 10).
+
+Dimension legend: B rollouts, L response tokens (verl), H turns, S seeds, N steps.
+
+Three small tools the other notebooks share:
+
+- ``compare(arms, seeds)``: train every arm (a ``TrainConfig``) on the same seeds and keep a few
+  run-log columns -> ``{arm: {column: (S, N) list}}``; ``save_sweep`` / ``load_sweep`` store that
+  as one small JSON file under ``data/runs/<topic>/`` (how the notebooks ship their heavier sweeps);
+- ``verl_estimator(name)``: a registered toyrl estimator behind verl's advantage signature
+  ``fn(token_level_rewards, response_mask, index=None, config=None, **kw) -> (adv, returns)``;
+- ``load_verl()``: verl's ``core_algos`` module or None, importable without ray (verl imports ray
+  at module level but its advantage functions never call it), as ``tests/verl_support.py`` does.
+
+Precompute this notebook's sweep: ``python -m toyrl.viz.prototype`` (writes data/runs/prototype/).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..credit import ESTIMATORS, register_estimator, token_advantages
+from ..port.verl_credit import batch_from_verl
+from ..train import TrainConfig, train
+
+__all__ = ["RUNS_DIR", "compare", "save_sweep", "load_sweep", "curve_stats", "final_mean", "smooth",
+           "verl_estimator", "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute",
+           "toy_verl_inputs", "plot_compare"]
+
+RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs"
+"""where precomputed sweeps live: data/runs/<topic>/<name>.json"""
+
+
+# ---- comparing arms on the same seeds ---------------------------------------------------------
+def compare(arms: dict, seeds=(0, 1, 2), keys=("reward_mean", "success_rate"), *, steps: Optional[int] = None,
+            verbose: bool = False) -> dict:
+    """Train each arm (name -> TrainConfig) on every seed; keep ``keys`` -> {arm: {key: (S, N) list}}.
+
+    ``steps`` overrides every arm's step count (a smoke run). Seeds are shared, so arm differences
+    are not seed differences. Example: compare({"grpo": TrainConfig(steps=3)}, seeds=(0,))["grpo"]
+    ["reward_mean"] is a 1 x 3 list.
+    """
+    out: dict = {}
+    for name, cfg in arms.items():
+        out[name] = {k: [] for k in keys}
+        for s in seeds:
+            c = replace(cfg, seed=int(s), progress=False, **({"steps": steps} if steps is not None else {}))
+            log = train(c)
+            for k in keys:
+                col = [r.get(k) for r in log.rows]
+                out[name][k].append([float("nan") if v is None or isinstance(v, list) else float(v) for v in col])
+            if verbose:
+                print(f"{name} seed {s}: final reward {out[name][keys[0]][-1][-1]:.3f}", flush=True)
+    return out
+
+
+def save_sweep(path, sweep: dict, meta: Optional[dict] = None) -> Path:
+    """Write a sweep (and how it was made) as compact JSON (NaN -> null); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean = lambda v: None if isinstance(v, float) and not np.isfinite(v) else (round(v, 5) if isinstance(v, float) else v)  # noqa: E731
+    data = {"meta": meta or {}, "arms": {a: {k: [[clean(v) for v in row] for row in rows] for k, rows in cols.items()}
+                                         for a, cols in sweep.items()}}
+    path.write_text(json.dumps(data, separators=(",", ":")))
+    return path
+
+
+def load_sweep(path) -> tuple[dict, dict]:
+    """(sweep, meta) from ``save_sweep``'s file; null -> NaN."""
+    data = json.loads(Path(path).read_text())
+    arms = {a: {k: [[np.nan if v is None else v for v in row] for row in rows] for k, rows in cols.items()}
+            for a, cols in data["arms"].items()}
+    return arms, data.get("meta", {})
+
+
+def smooth(x, w: int = 1) -> np.ndarray:
+    """Trailing moving average over the last axis with window ``w`` (w=1: unchanged, NaN-aware).
+
+    Example: smooth([0., 1., 2., 3.], 2) -> [0., 0.5, 1.5, 2.5].
+    """
+    x = np.asarray(x, dtype=float)
+    if w <= 1:
+        return x
+    out = np.empty_like(x)
+    for t in range(x.shape[-1]):
+        out[..., t] = np.nanmean(x[..., max(0, t - w + 1):t + 1], axis=-1)
+    return out
+
+
+def curve_stats(rows, w: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error over seeds (S, N) -> ((N,), (N,)), after smoothing each seed."""
+    x = smooth(np.asarray(rows, dtype=float), w)
+    n = np.sum(np.isfinite(x), 0).clip(min=1)
+    return np.nanmean(x, 0), np.nanstd(x, 0) / np.sqrt(n)
+
+
+def final_mean(rows, last: int = 10) -> tuple[float, float]:
+    """Mean over seeds of each seed's mean over its last ``last`` steps, and the seed std."""
+    x = np.asarray(rows, dtype=float)[:, -last:]
+    per_seed = np.nanmean(x, 1)
+    return float(np.mean(per_seed)), float(np.std(per_seed))
+
+
+def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, arms=None, title: str = ""):
+    """Mean +- s.e. over seeds of ``key`` for each arm; returns the axes."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        ax = plt.subplots(figsize=(6, 3.2))[1]
+    for name in arms or sweep:
+        m, se = curve_stats(sweep[name][key], w)
+        x = np.arange(len(m))
+        ax.plot(x, m, label=name)
+        ax.fill_between(x, m - se, m + se, alpha=0.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel(key)
+    ax.set_title(title or f"{key} (mean +- s.e. over seeds, window {w})")
+    ax.legend(fontsize=8)
+    return ax
+
+
+# ---- an example prototype: leave-one-out per turn ---------------------------------------------
+def loo_turn(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,
+             gamma: float = 0.95) -> torch.Tensor:
+    """Leave-one-out baseline on discounted turn returns (an example prototype, not a paper) -> (B, H).
+
+        A_{i,k} = R_{i,k} - 1/(G-1) sum_{j != i, j in g(i)} R_{j,0},   R_{i,k} = sum_{k'>=k} gamma^{k'-k} r_{i,k'}
+
+    Later turns of a success keep more credit than with one trajectory-level number when gamma < 1.
+    Example: rewards [[0., 1.], [0., 0.]] one group, gamma 0.5 -> R [[0.5, 1.], [0., 0.]],
+    baseline [0., 0.5] -> [[0.5, 1.], [-0.5, -0.5]].
+    """
+    from ..batch import discounted_returns
+    from ..segments import dense_index, segment_count, segment_sum
+    R = discounted_returns(turn_reward, turn_mask, gamma)                      # (B, H)
+    g, S = dense_index(group)
+    R0 = R[:, 0]                                                                # (B,)
+    n = segment_count(g, S, R.dtype)[g]
+    others = (segment_sum(R0, g, S)[g] - R0) / (n - 1).clamp(min=1)             # (B,)
+    A = R - others[:, None]
+    return torch.where(n[:, None] > 1, A, torch.zeros_like(A)) * turn_mask.to(R.dtype)
+
+
+@register_estimator("loo_turn", level="turn")
+def _loo_turn(batch, *, gamma: float = 0.95):
+    """Leave-one-out baseline on discounted turn returns (notebook 10's example prototype)."""
+    return loo_turn(batch.turn_reward, batch.turn_mask, batch.group, gamma=gamma)
+
+
+# ---- verl's signature ---------------------------------------------------------------------------
+def verl_estimator(name: str):
+    """A toyrl estimator (registered ``name``) with verl's advantage-estimator signature.
+
+        adv, ret = fn(token_level_rewards (B, L), response_mask (B, L), index=None, config=None, **kw)
+
+    Each run of response-mask 1s is one turn (``batch_from_verl``); hyperparameters come from
+    ``config["toyrl_kwargs"]`` or keywords. verl's ``register_adv_est(name)(fn)`` accepts it as is.
+    """
+    est = ESTIMATORS[name]
+
+    def compute_advantage(token_level_rewards, response_mask, index=None, config=None, **kw):
+        fields = {k: kw.pop(k) for k in list(kw) if k in ("state_key", "node", "info_gain", "turn_signal",
+                                                           "values", "void_turn", "entropy", "ref_logp")}
+        hyper = dict((config or {}).get("toyrl_kwargs", {}) if hasattr(config or {}, "get") else {})
+        hyper.update(kw)
+        batch = batch_from_verl(token_level_rewards, response_mask, index, **fields)
+        with torch.no_grad():
+            adv = token_advantages(batch, est(batch, **hyper), est.level)       # (B, L)
+        return adv, adv
+
+    compute_advantage.__name__ = f"compute_{name}_advantage"
+    compute_advantage.__doc__ = f"toyrl {name!r} with verl's signature: {est.doc}"
+    return compute_advantage
+
+
+class _Stub(types.ModuleType):
+    """Stands in for ray's modules: every attribute is a callable, subscriptable placeholder."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder()
+
+
+class _Placeholder:
+    def __call__(self, *args, **kwargs):
+        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _Placeholder()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder()
+
+    def __getitem__(self, item):
+        return self
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+def load_verl():
+    """verl's ``verl.trainer.ppo.core_algos`` or None when verl (or one of its needs) is absent.
+
+    If ray is missing, stub modules stand in for it (only verl's distributed workers use ray).
+    """
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        for name in ("ray", "ray.util", "ray.util.scheduling_strategies", "ray.experimental",
+                     "ray.experimental.state", "ray.experimental.state.api", "ray.actor", "ray._private"):
+            sys.modules.setdefault(name, _Stub(name))
+    try:
+        from verl.trainer.ppo import core_algos
+    except Exception:
+        return None
+    return core_algos
+
+
+def register_in_verl(name: str, core_algos=None) -> Optional[str]:
+    """Register ``verl_estimator(name)`` in verl's registry as ``toyrl_<name>``; None without verl."""
+    core_algos = core_algos if core_algos is not None else load_verl()
+    if core_algos is None:
+        return None
+    key = f"toyrl_{name}"
+    core_algos.ADV_ESTIMATOR_REGISTRY.pop(key, None)        # idempotent: re-running a cell re-registers
+    core_algos.register_adv_est(key)(verl_estimator(name))
+    return key
+
+
+def toy_verl_inputs(B: int = 4, L: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """verl-shaped toy inputs: rewards (B, L) with the outcome on the last response token, a mask
+    (B, L) with two turns per row split by one observation token, and uid strings (two per group)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(B, L)
+    mask[:, L // 2] = 0                                                        # an observation token
+    R = torch.randint(0, 2, (B,), generator=g).float()
+    rewards = torch.zeros(B, L)
+    rewards[:, -1] = R
+    index = np.array([f"uid{i // 2}" for i in range(B)], dtype=object)
+    return rewards, mask, index
+
+
+# ---- notebook 10's sweep ------------------------------------------------------------------------
+def prototype_arms(steps: int = 30) -> dict:
+    """GRPO, GiGPO and the prototype on BanditChain (fixed layout, restart on a wrong pull)."""
+    base = TrainConfig(env="bandit_chain", env_kwargs={"layout_seed": 0, "on_wrong": "restart", "max_turns": 8},
+                       prompts_per_step=4, group_size=8, steps=steps)
+    return {name: replace(base, estimator=name) for name in ("grpo", "gigpo", "loo_turn")}
+
+
+def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
+    """Write data/runs/prototype/compare.json (the notebook's multi-seed comparison)."""
+    arms = prototype_arms(steps)
+    sweep = compare(arms, seeds, keys=("reward_mean", "success_rate", "turns_per_episode"), verbose=True)
+    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.prototype"}
+    return save_sweep(Path(out_dir or RUNS_DIR / "prototype") / "compare.json", sweep, meta)
+
+
+if __name__ == "__main__":
+    print(precompute())

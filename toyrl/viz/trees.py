@@ -1,0 +1,171 @@
+"""Trees and exploration (notebook 7): Tree-GRPO, ARPO, PATR and T2PO at an equal token budget.
+
+Dimension legend: B leaves (rows), H turns, P tasks, G group size, S seeds, N steps.
+
+``TrainConfig(rollout="tree" | "arpo" | "patr")`` replaces G independent episodes per task by a
+tree per task grown until it has generated as many tokens as G independent episodes would have
+(``toyrl.tree.tree_rollout``); siblings share a prefix, so their comparison isolates the turns
+after the branch point. ``t2po_eta`` regenerates turns whose uncertainty stalled (T2PO), which
+spends extra tokens. The turns of a shared prefix carry one node id (``TurnBatch.node``), which is
+all ``tree_edges`` needs to draw the tree.
+
+Precompute the learning curves: ``python -m toyrl.viz.trees`` (writes data/runs/trees/curves.json).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..train import TrainConfig, Trainer
+from .prototype import RUNS_DIR, compare, curve_stats, save_sweep
+
+__all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "draw_tree", "sample_tree",
+           "plot_tree_panel", "precompute", "KEYS"]
+
+KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode")
+
+
+def grid_config(rollout: str = "independent", *, estimator: str = "grpo", steps: int = 30, seed: int = 0,
+                prompts_per_step: int = 4, **kw) -> TrainConfig:
+    """GridWorld 4x4 (16 turns at most), G = 8 per task: the budget every arm is held to."""
+    return TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, rollout=rollout,
+                       estimator=estimator, prompts_per_step=prompts_per_step, group_size=8, steps=steps,
+                       seed=seed, progress=False, **kw)
+
+
+def tree_arms(steps: int = 30, eta: float = 0.3) -> dict:
+    """Independent GRPO, Tree-GRPO, ARPO and PATR (GRPO on tree leaves), and T2PO resampling (eta)."""
+    return {
+        "independent (GRPO)": grid_config(steps=steps),
+        "Tree-GRPO": grid_config("tree", estimator="tree_grpo", steps=steps),
+        "ARPO": grid_config("arpo", steps=steps),
+        "PATR": grid_config("patr", steps=steps),
+        f"T2PO eta={eta}": grid_config(steps=steps, t2po_eta=eta),
+    }
+
+
+def budget_table(arms: dict, n_batches: int = 1) -> dict:
+    """Tokens generated, leaves (rows) and turns per batch of each arm's first ``n_batches`` samples.
+
+    Returns {arm: {"tokens": mean tokens per batch, "rows": mean rows, "turns": mean turns per row}}.
+    """
+    out = {}
+    for name, cfg in arms.items():
+        tr = Trainer(replace(cfg, steps=0))
+        tok, rows, turns = [], [], []
+        for _ in range(n_batches):
+            ro = tr.sample()
+            tok.append(ro.stats.get("tokens_generated", 0))
+            rows.append(ro.batch.B)
+            turns.append(float(ro.batch.turn_mask.sum(1).float().mean()))
+            tr.step_idx += 1
+        out[name] = {"tokens": float(np.mean(tok)), "rows": float(np.mean(rows)), "turns": float(np.mean(turns))}
+    return out
+
+
+def tree_edges(node: torch.Tensor, turn_mask: torch.Tensor) -> tuple[list, dict]:
+    """Edges (parent, child) of the forest spanned by rows' node ids, and each node's depth.
+
+    The root of every row is the virtual node -1 (the prompt). Example: node [[0, 1], [0, 2]]
+    (both valid) -> edges [(-1, 0), (0, 1), (0, 2)], depth {0: 0, 1: 1, 2: 1}.
+    """
+    edges, depth, seen = [], {}, set()
+    for i in range(node.shape[0]):
+        parent = -1
+        for k in range(node.shape[1]):
+            if not bool(turn_mask[i, k]):
+                break
+            n = int(node[i, k])
+            if (parent, n) not in seen:
+                seen.add((parent, n))
+                edges.append((parent, n))
+            depth[n] = k
+            parent = n
+    return edges, depth
+
+
+def tree_layout(edges: list, depth: dict) -> dict:
+    """x, y of every node: leaves spaced by one in depth-first order, parents centred over children."""
+    children: dict = {}
+    for p, c in edges:
+        children.setdefault(p, []).append(c)
+    pos, nxt = {}, [0.0]
+
+    def place(n):
+        kids = children.get(n, [])
+        if not kids:
+            x = nxt[0]
+            nxt[0] += 1.0
+        else:
+            x = float(np.mean([place(c) for c in kids]))
+        pos[n] = (x, -(depth.get(n, -1) + 1))
+        return x
+
+    place(-1)
+    return pos
+
+
+def sample_tree(rollout: str = "tree", *, seed: int = 0, task: int = 0):
+    """One batch of ``rollout`` on GridWorld 4x4 with an untrained policy; returns (node, turn_mask, R, stats)
+    of the rows of task ``task`` (clamped to the tasks present)."""
+    tr = Trainer(grid_config(rollout, seed=seed, prompts_per_step=2, steps=0))
+    ro = tr.sample()
+    b = ro.batch
+    gids = torch.unique(b.group)
+    rows = b.group == gids[min(task, len(gids) - 1)]
+    return b.node[rows], b.turn_mask[rows], b.outcome()[rows], dict(ro.stats)
+
+
+def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=None, title: str = ""):
+    """Draw the rows' tree: one dot per turn node, leaves coloured by outcome (green 1, grey 0)."""
+    import matplotlib.pyplot as plt
+    edges, depth = tree_edges(node, turn_mask)
+    pos = tree_layout(edges, depth)
+    ax = ax if ax is not None else plt.subplots(figsize=(8, 3.6))[1]
+    for p, c in edges:
+        (x0, y0), (x1, y1) = pos[p], pos[c]
+        ax.plot([x0, x1], [y0, y1], "-", color="0.6", lw=0.8)
+    leaf_of = {}
+    for i in range(node.shape[0]):
+        n_valid = int(turn_mask[i].sum())
+        if n_valid:
+            leaf_of[int(node[i, n_valid - 1])] = float(R[i])
+    xs = [pos[n][0] for n in pos if n != -1]
+    ys = [pos[n][1] for n in pos if n != -1]
+    ax.scatter(xs, ys, s=10, color="C0", zorder=3)
+    for n, r in leaf_of.items():
+        ax.scatter(*pos[n], s=40, color="C2" if r > 0 else "0.5", zorder=4)
+    ax.scatter(*pos[-1], s=60, color="k", marker="s", zorder=4)
+    ax.set_ylabel("turn index (down)")
+    ax.set_xticks([])
+    ax.set_title(title or f"{node.shape[0]} leaves, {len(pos) - 1} turn nodes")
+    return ax
+
+
+def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step"):
+    """Widget panel: ``key`` per step or per cumulative generated token, for the chosen arms."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name in arms or sweep:
+        m, se = curve_stats(sweep[name][key], smooth_w)
+        xs = np.arange(len(m)) if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
+        ax.plot(xs, m, label=name)
+        ax.fill_between(xs, m - se, m + se, alpha=0.2)
+    ax.set_xlabel("step" if x == "step" else "tokens generated (cumulative)")
+    ax.set_title(key)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
+    """Write data/runs/trees/curves.json: the five arms of ``tree_arms`` on ``seeds``."""
+    sweep = compare(tree_arms(steps), seeds, keys=KEYS, verbose=True)
+    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.trees"}
+    return save_sweep(Path(out_dir or RUNS_DIR / "trees") / "curves.json", sweep, meta)
+
+
+if __name__ == "__main__":
+    print(precompute())
