@@ -26,6 +26,7 @@ from ..batch import TurnBatch, token_to_turn
 from ..credit import ESTIMATORS, token_advantages
 from ..credit.base import masked_whiten
 from ..credit.gae import gae_scan
+from .verl_loader import load_core_algos
 from ..credit.outcome import dr_grpo, gpg, grpo, grpo_passk, opo, rloo, token_returns
 from ..segments import segment_count
 
@@ -229,9 +230,8 @@ def register_with_verl(names: Optional[tuple] = None) -> list[str]:
     ``config.toyrl_kwargs`` (a dict), per-turn fields (state_key, node, ...) from keywords or
     ``non_tensor_batch`` (verl's default ``compute_advantage`` passes only rewards, mask, index, config).
     """
-    try:
-        from verl.trainer.ppo import core_algos
-    except Exception:
+    core_algos = load_core_algos()
+    if core_algos is None:
         return []
     out = []
     for name in names or MULTI_TURN:

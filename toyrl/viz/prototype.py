@@ -17,8 +17,6 @@ Precompute this notebook's sweep: ``python -m toyrl.viz.prototype`` (writes data
 from __future__ import annotations
 
 import json
-import sys
-import types
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -28,6 +26,7 @@ import torch
 
 from ..credit import ESTIMATORS, register_estimator, token_advantages
 from ..port.verl_credit import batch_from_verl
+from ..port.verl_loader import load_core_algos
 from ..train import TrainConfig, train
 
 __all__ = ["RUNS_DIR", "compare", "save_sweep", "load_sweep", "curve_stats", "final_mean", "smooth",
@@ -179,47 +178,10 @@ def verl_estimator(name: str):
     return compute_advantage
 
 
-class _Stub(types.ModuleType):
-    """Stands in for ray's modules: every attribute is a callable, subscriptable placeholder."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder()
-
-
-class _Placeholder:
-    def __call__(self, *args, **kwargs):
-        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _Placeholder()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder()
-
-    def __getitem__(self, item):
-        return self
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-
 def load_verl():
-    """verl's ``verl.trainer.ppo.core_algos`` or None when verl (or one of its needs) is absent.
-
-    If ray is missing, stub modules stand in for it (only verl's distributed workers use ray).
-    """
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        for name in ("ray", "ray.util", "ray.util.scheduling_strategies", "ray.experimental",
-                     "ray.experimental.state", "ray.experimental.state.api", "ray.actor", "ray._private"):
-            sys.modules.setdefault(name, _Stub(name))
-    try:
-        from verl.trainer.ppo import core_algos
-    except Exception:
-        return None
-    return core_algos
+    """verl's ``verl.trainer.ppo.core_algos`` or None when verl (or one of its needs) is absent
+    (ray is stubbed when missing: see ``toyrl.port.verl_loader``)."""
+    return load_core_algos()
 
 
 def register_in_verl(name: str, core_algos=None) -> Optional[str]:
