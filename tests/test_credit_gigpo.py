@@ -114,3 +114,49 @@ def test_gigpo_step_pooling_and_shape_errors():
         assert "group" in str(e) and "B=8" in str(e)
     else:
         raise AssertionError("expected ValueError")
+
+
+def _dict_partition(group, keys, mask):
+    """Anchor cells by a Python dict: the set of frozensets of (b, k) positions sharing (group, key)."""
+    cells = defaultdict(set)
+    for b in range(keys.shape[0]):
+        for k in range(keys.shape[1]):
+            if mask[b, k]:
+                cells[(int(group[b]), int(keys[b, k]))].add((b, k))
+    return {frozenset(c) for c in cells.values()}
+
+
+def _index_partition(idx, S, mask):
+    cells = defaultdict(set)
+    for b, k in mask.nonzero().tolist():
+        cells[int(idx[b, k])].add((b, k))
+    assert (idx[~mask] == S).all() and len(cells) == S
+    return {frozenset(c) for c in cells.values()}
+
+
+@settings(deadline=None, max_examples=15)
+@given(seed=st.integers(0, 10_000), kind=st.sampled_from(["distinct", "high_bits", "low_bits", "shared"]))
+def test_anchor_index_matches_dict_on_colliding_keys(seed, kind):
+    """Many distinct 64-bit keys force slot collisions, hence the hash table's retry rounds."""
+    g = torch.Generator().manual_seed(seed)
+    B, H = 512, 8
+    group = torch.randint(0, 40, (B,), generator=g)
+    base = torch.randint(-2**62, 2**62, (B, H), generator=g)
+    keys = {"distinct": base,                                               # all distinct (collisions certain)
+            "high_bits": torch.randint(0, 64, (B, H), generator=g) << 57,   # differ in the top bits only
+            "low_bits": torch.randint(0, 64, (B, H), generator=g) + (1 << 60),
+            "shared": torch.randint(0, 3, (B, H), generator=g) * -7046029254386353131}[kind]   # same keys in every group
+    mask = torch.rand(B, H, generator=g) < 0.8
+    idx, S = anchor_index(group, keys, mask)
+    assert _index_partition(idx, S, mask) == _dict_partition(group, keys, mask)
+
+
+def test_gigpo_benchmark_batch_matches_seed_loop():
+    """The benchmark's batch shape (63-bit keys, ragged lengths), smaller B, float64 -> the seed snippet's loop."""
+    from toyrl.bench.credit import make_batch
+    b = make_batch(256, 16, T_turn=1, seed=3)
+    r = b.turn_reward.double()
+    for norm, gamma in (("std", 0.95), ("mean", 0.9)):
+        got = gigpo(r, b.turn_mask, b.group, b.state_key, gamma=gamma, norm=norm)
+        torch.testing.assert_close(got, gigpo_loop(r, b.turn_mask, b.group, b.state_key, gamma=gamma, norm=norm),
+                                   atol=1e-8, rtol=1e-8)

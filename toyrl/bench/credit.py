@@ -2,6 +2,7 @@
 
     toyrl bench credit            # B = 8192 rollouts x H = 16 turns; token case ~1M tokens
     toyrl bench credit --quick    # B = 1024 x H = 8; token case ~130k tokens
+    toyrl bench credit --threads 1 --reps 20 --only gigpo gae   # on a busy machine: fewer threads, more reps
 
 Loop references (the styles the vectorized code replaces):
   outcome  per-sample dict loop computing group mean / std (verl's GRPO style)
@@ -151,7 +152,10 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--device", default="cpu", help="torch device for the vectorized estimators")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions of each vectorized call")
     p.add_argument("--only", nargs="*", default=None, help="estimator names to run (default: all registered)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     B, H = (1024, 8) if a.quick else (8192, 16)
     Bt, Tt = (256, 16) if a.quick else (1024, 64)                                  # token case: Bt x H*Tt tokens
     turn_b = make_batch(B, H, T_turn=2, device=a.device)

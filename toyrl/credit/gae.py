@@ -9,6 +9,8 @@ All three run one recursion, ``gae_scan``, over the last axis (tokens or turns):
 
 Unmasked steps (observation tokens, invalid turns) carry the running value and advantage unchanged,
 verl's multi-turn rule, so the TD chain jumps from one policy token to the next across observations.
+No loop over tokens: V_{t'} is a gather (``next_masked``) and the A recursion a blocked scan
+(``discounted_cumsum``, factor gamma * lam), both from ``base``, in float64.
 References: GAE arXiv 1506.02438; Turn-PPO arXiv 2512.17008; RAGEN arXiv 2504.20073.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from .base import check, masked_whiten, place_at_turn_end
+from .base import check, discounted_cumsum_, masked_whiten, next_masked, place_at, place_at_turn_end, turn_end_pos
 from .registry import need, register_estimator
 
 __all__ = ["gae_scan", "gae", "turn_gae", "bilevel_gae"]
@@ -29,23 +31,12 @@ def gae_scan(reward: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, 
 
     ``reset`` (B, L) bool restarts the chain at a step (next value and advantage 0 beyond it);
     ``last_value`` (B,) bootstraps V after the final step (truncated episodes), default 0.
-    Unmasked steps hold the carried advantage (as verl). A loop over L only.
+    Unmasked steps hold the carried advantage (as verl). Computed in float64, returned in reward's dtype.
     Example: r [[0, 0, 1]], V [[0.5, 0.5, 0.5]], all masked, gamma=lam=1 -> [[0.5, 0.5, 0.5]].
     """
-    B, L = reward.shape
-    m = mask.to(torch.bool)
-    adv = torch.zeros_like(reward)                                         # (B, L)
-    nextv = torch.zeros_like(reward[:, 0]) if last_value is None else last_value.to(reward.dtype).clone()
-    run = torch.zeros_like(reward[:, 0])                                   # (B,) running advantage
-    for t in range(L - 1, -1, -1):
-        if reset is not None:
-            nextv = torch.where(reset[:, t], torch.zeros_like(nextv), nextv)
-            run = torch.where(reset[:, t], torch.zeros_like(run), run)
-        delta = reward[:, t] + gamma * nextv - values[:, t]
-        nextv = torch.where(m[:, t], values[:, t], nextv)
-        run = torch.where(m[:, t], delta + gamma * lam * run, run)
-        adv[:, t] = run
-    return adv
+    nextv = next_masked(values, mask, last=last_value, reset=reset)        # (B, L) V_{t'}
+    delta = nextv.to(torch.float64).mul_(gamma).add_(reward).sub_(values)  # (B, L) delta_t, float64
+    return discounted_cumsum_(delta, mask, gamma * lam, reset=reset).to(reward.dtype)
 
 
 def gae(token_reward: torch.Tensor, values: torch.Tensor, policy_mask: torch.Tensor, *, gamma: float = 1.0,
@@ -63,7 +54,7 @@ def gae(token_reward: torch.Tensor, values: torch.Tensor, policy_mask: torch.Ten
     check("policy_mask", policy_mask, "BT", dims)
     raw = gae_scan(token_reward, values, policy_mask, gamma=gamma, lam=lam)
     m = policy_mask.to(raw.dtype)
-    ret = (raw + values) * m
+    ret = (raw + values).mul_(m)
     adv = masked_whiten(raw, policy_mask) if whiten else raw * m
     return adv, ret
 
@@ -86,7 +77,7 @@ def turn_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_mask: torch.T
         check("last_value", last_value, "B", dims)
     raw = gae_scan(turn_reward, values, turn_mask, gamma=gamma, lam=lam, last_value=last_value)
     m = turn_mask.to(raw.dtype)
-    ret = (raw + values) * m
+    ret = (raw + values).mul_(m)
     adv = masked_whiten(raw, turn_mask) if whiten else raw * m
     return adv, ret
 
@@ -110,20 +101,17 @@ def bilevel_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_id: torch.
     check("policy_mask", policy_mask, "BT", dims)
     check("turn_reward", turn_reward, "BH", dims, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
-    end = place_at_turn_end(torch.ones_like(turn_reward), turn_id, policy_mask) > 0      # (B, T) turn ends
     B, H = turn_reward.shape
-    flat = torch.arange(B, device=turn_id.device)[:, None] * H + turn_id.clamp(min=0)    # (B, T)
-    V_turn = torch.zeros(B * H, dtype=values.dtype, device=values.device)
-    V_turn[flat[end]] = values[end]
-    V_turn = V_turn.view(B, H)                                                            # (B, H)
-    has_tokens = torch.zeros(B * H, dtype=torch.bool, device=values.device)
-    has_tokens[flat[end]] = True
-    tmask = turn_mask & has_tokens.view(B, H)
-    A_turn = gae_scan(turn_reward, V_turn, tmask, gamma=gamma_turn, lam=lam_turn)
-    G = place_at_turn_end(A_turn + V_turn, turn_id, policy_mask)                          # (B, T)
+    T = turn_id.shape[1]
+    pos = turn_end_pos(turn_id, policy_mask, H)                                           # (B, H), -1: no token
+    has = pos >= 0
+    V_turn = values.gather(1, pos.clamp(min=0)) * has                                     # (B, H) V at turn end
+    A_turn = gae_scan(turn_reward, V_turn, turn_mask & has, gamma=gamma_turn, lam=lam_turn)
+    G = place_at(A_turn + V_turn, pos, T)                                                 # (B, T) G_k at turn end
+    end = place_at(has, pos, T)                                                           # (B, T) turn ends
     raw = gae_scan(G, values, policy_mask, gamma=gamma_token, lam=lam_token, reset=end)
     m = policy_mask.to(raw.dtype)
-    ret = (raw + values) * m
+    ret = (raw + values).mul_(m)
     adv = masked_whiten(raw, policy_mask) if whiten else raw * m
     return adv, ret
 

@@ -10,8 +10,9 @@ any time index) and scores its discounted return against the others of that anch
     A^E_i     = (R_i - mean_g R) / F,            R_i = sum_k r_{i,k}
     A^S_{i,k} = (R_{i,k} - mean_anchor R) / F,   R_{i,k} = sum_{k' >= k} gamma^{k'-k} r_{i,k'}
 
-F = std + eps ("std") or 1 ("mean"). Anchor ids come from ``anchor_index``: a lookup table for small
-state ids, and for 63-bit hashes a vectorized hash table (no sort), both O(N).
+F = std + eps ("std") or 1 ("mean"). Anchor cells come from a vectorized hash table over the pairs
+(group, state_key) (no sort, O(N)): each cell is named by one of its rows, and the step statistics
+are segment sums over those names (``group_norm``).
 """
 from __future__ import annotations
 
@@ -24,55 +25,68 @@ from .registry import register_estimator
 
 __all__ = ["gigpo", "anchor_index", "similarity_keys"]
 
-_C1, _C2, _C3 = -7046029254386353131, -4658895280553007687, 0x5BD1E995     # odd 64-bit mixers
+def _mixers(salt: int) -> tuple[int, int]:
+    """Two odd signed 64-bit multipliers for hashing round ``salt`` (splitmix64 of the salt)."""
+    out = []
+    for k in (1, 2):
+        z = ((2 * salt + k) * 0x9E3779B97F4A7C15) & (2**64 - 1)
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+        z = (z ^ (z >> 31)) | 1
+        out.append(z - 2**64 if z >= 2**63 else z)
+    return out[0], out[1]
 
 
-def _hash_rep(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Representative row of each distinct pair (a_n, b_n) -> (N,) in [0, N), via a vectorized hash table.
+def _pair_rep(a: torch.Tensor, b: torch.Tensor, salt: int = 0) -> torch.Tensor:
+    """Representative row of each distinct pair (a_n, b_n) -> (N,) in [0, N): equal pairs, equal rows.
 
-    Each round hashes the unresolved rows into 4N slots, keeps the highest row per slot
-    (``scatter_reduce``), and resolves the rows whose slot winner holds the same pair; a pair whose
-    slot was won by another pair retries with a new salt. Expected rounds: 2-4. O(N) per round.
+    A vectorized hash table, no sort: every row writes its index into slot h(a, b) of a table with
+    >= N slots (multiply-shift hashing; any writer of a slot may win) and reads the winner back.
+    A row whose winner holds the same pair is done; all rows of a pair share their slot, so a pair
+    is done or retried as a whole: the few losers (pairs sharing a slot) retry with a new salt. O(N).
     """
     N = a.numel()
-    bits = max(8, (4 * N - 1).bit_length())
-    M = 1 << bits
-    rows = torch.arange(N, device=a.device)
-    rep = torch.full((N,), -1, dtype=torch.long, device=a.device)                 # (N,)
-    for salt in range(64):
-        h = (((b * _C1 + a * _C2 + salt * _C3) * _C2) >> (64 - bits)) & (M - 1)  # (N,) slot
-        h = torch.where(rep < 0, h, torch.full_like(h, M))                        # resolved -> trash slot
-        slot = torch.full((M + 1,), -1, dtype=torch.long, device=a.device)
-        slot = slot.scatter_reduce_(0, h, rows, reduce="amax")
-        cand = slot[h]                                                            # (N,)
-        ok = (rep < 0) & (a[cand] == a) & (b[cand] == b)
-        rep = torch.where(ok, cand, rep)
-        if not bool((rep < 0).any()):
-            return rep
-    raise RuntimeError("anchor hashing did not converge")  # pragma: no cover  (p ~ 0)
+    bits = max(4, (N - 1).bit_length())                                          # >= N slots
+    c1, c2 = _mixers(salt)
+    h = (a * c2).bitwise_xor_(b).mul_(c1).bitwise_right_shift_(64 - bits).bitwise_and_((1 << bits) - 1)  # (N,) slot
+    slot = torch.empty(1 << bits, dtype=torch.long, device=a.device)
+    slot.scatter_(0, h, torch.arange(N, device=a.device))
+    rep = slot.index_select(0, h)                                                 # (N,) the slot's winner
+    lost = (b.index_select(0, rep) != b).logical_or_(a.index_select(0, rep) != a).nonzero().squeeze(1)
+    if lost.numel():
+        if salt >= 64:
+            raise RuntimeError("anchor hashing did not converge")  # pragma: no cover  (p ~ 0)
+        rep[lost] = lost.index_select(0, _pair_rep(a.index_select(0, lost), b.index_select(0, lost), salt + 1))
+    return rep
+
+
+def _anchor_index(gi: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Dense anchor cell of every turn -> ((N,) long, S); the invalid turns, if any, form the last cell S - 1.
+
+    Cells are first named by a representative row (``_pair_rep``), then numbered in row order
+    (a used-flag per row id and its cumsum: no sort).
+    """
+    B, H = state_key.shape
+    N = B * H
+    rep = _pair_rep(gi.repeat_interleave(H), state_key.reshape(-1).long())       # (N,) representative row
+    rep.masked_fill_(~turn_mask.reshape(-1), N)                                   # invalid turns: row id N
+    used = torch.zeros(N + 1, dtype=torch.bool, device=rep.device).index_fill_(0, rep, True)
+    rank = used.cumsum(0)                                                         # (N + 1,) dense id + 1
+    return rank.index_select(0, rep).sub_(1), int(rank[-1])
 
 
 def anchor_index(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Dense anchor id of every turn over (group, state_key) cells -> ((B, H) long, S); invalid turns get S.
 
-    Equal keys in different groups never share an anchor. Small non-negative keys (max < 4N) use a
-    lookup table; anything else (e.g. 63-bit hashes) the vectorized hash table ``_hash_rep``.
+    Equal keys in different groups never share an anchor. Any int64 keys (e.g. 63-bit hashes), via
+    the vectorized hash table ``_pair_rep`` (O(N), no sort).
     Example: group [0, 1], keys [[5, 7], [5, 5]], all valid -> [[0, 1], [2, 2]], S=3.
     """
     B, H = state_key.shape
-    gi, nG = dense_index(group)
-    g = torch.where(turn_mask, gi[:, None], torch.full_like(state_key, nG, dtype=torch.long)).reshape(-1)  # (N,)
-    k = torch.where(turn_mask, state_key.long(), torch.zeros_like(state_key, dtype=torch.long)).reshape(-1)
     if not bool(turn_mask.any()):
         return torch.zeros((B, H), dtype=torch.long, device=state_key.device), 0
-    lo, hi = int(k.min()), int(k.max())
-    if lo >= 0 and (nG + 1) * (hi + 1) < 4 * k.numel() + 64:
-        idx, S = dense_index(g * (hi + 1) + k)                                    # lookup-table fast path
-    else:
-        rep = torch.where(turn_mask.reshape(-1), _hash_rep(g, k), k.numel())      # invalid turns: largest id
-        idx, S = dense_index(rep)
-    # invalid turns (group nG) form the last cell, id S - 1: it becomes the reported dummy id S
-    return idx.view(B, H), S - int(bool((~turn_mask).any()))
+    idx, S = _anchor_index(dense_index(group)[0], state_key, turn_mask)
+    return idx.view(B, H), S - int(bool((~turn_mask).any()))   # the invalid cell S - 1 is reported as S
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
@@ -108,9 +122,9 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
         A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.reshape(-1), nG + 1,
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
     Rk = discounted_returns(turn_reward, turn_mask, gamma)                        # (B, H)
-    aid, S = anchor_index(group, state_key, turn_mask)                            # (B, H), invalid -> S
-    A_S = group_norm(Rk.reshape(-1), aid.reshape(-1), S + 1, norm=norm, ddof=ddof, eps=eps).view(B, H)
-    return (A_E + omega * A_S) * m
+    aid, S = _anchor_index(gi, state_key, turn_mask)                              # (N,) anchor cell, invalid: S - 1
+    A_S = group_norm(Rk.reshape(-1), aid, S, norm=norm, ddof=ddof, eps=eps).view(B, H)
+    return A_S.mul_(omega).add_(A_E).mul_(m)                                      # (A_E + omega * A_S) * m
 
 
 def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from ..segments import segment_count, segment_max, segment_std, segment_sum
-from .base import broadcast_turns, check, group_ids, group_norm, masked_whiten, place_at_turn_end
+from .base import broadcast_turns, check, discounted_cumsum, group_ids, group_norm, masked_whiten, place_at_turn_end
 from .registry import need, register_estimator
 
 __all__ = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo", "gpg",
@@ -90,16 +90,11 @@ def reinforce_pp(token_reward: torch.Tensor, policy_mask: torch.Tensor, *, gamma
 def token_returns(token_reward: torch.Tensor, policy_mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """Return-to-go over policy tokens, G_t = r_t + gamma G_{t'} (t' next policy token), 0 off the mask -> (B, T).
 
-    Observation tokens carry G and drop their reward (verl). A loop over T only.
+    Observation tokens carry G and drop their reward (verl). Blocked scan ``discounted_cumsum`` (no loop over T).
     Example: r [[0, 5, 1]], mask [[1, 0, 1]], gamma 0.5 -> [[0.5, 0, 1]].
     """
-    m = policy_mask.to(torch.bool)
-    ret = torch.zeros_like(token_reward)                                  # (B, T)
-    run = torch.zeros_like(token_reward[:, 0])
-    for t in range(token_reward.shape[1] - 1, -1, -1):
-        run = torch.where(m[:, t], token_reward[:, t] + gamma * run, run)
-        ret[:, t] = torch.where(m[:, t], run, torch.zeros_like(run))
-    return ret
+    ret = discounted_cumsum(token_reward, policy_mask, gamma)            # (B, T)
+    return torch.where(policy_mask.to(torch.bool), ret, 0.0)
 
 
 def reinforce_pp_baseline(R: torch.Tensor, group: torch.Tensor, policy_mask: torch.Tensor, *,
