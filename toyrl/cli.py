@@ -53,7 +53,9 @@ def add_train_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
     n = "+" if multi else None
     p.add_argument("--env", default=["gridworld"] if multi else "gridworld", nargs=n, help="|".join(ENV_NAMES))
     p.add_argument("--env-kw", action="append", metavar="KEY=VALUE", help="env argument, e.g. map_name=\"4x4\"")
-    p.add_argument("--policy", default="tiny", help="toy transformer preset")
+    p.add_argument("--policy", default="tiny",
+                   help="tiny | small | base (toy presets), tinylm[:PATH] (text policy), hf:PATH (local HF model)")
+    p.add_argument("--autocast", default=None, choices=[None, "bf16"], help="bf16 autocast for tinylm / hf policies")
     p.add_argument("--estimator", default=["grpo"] if multi else "grpo", nargs=n)
     p.add_argument("--est-kw", action="append", metavar="KEY=VALUE", help="estimator hyperparameter")
     p.add_argument("--clip", default=["ppo"] if multi else "ppo", nargs=n)
@@ -89,7 +91,10 @@ def config_from(args, **override):
     from .filters import FILTERS
     from .train import TrainConfig
     v = {**vars(args), **override}
+    from .policies.factory import is_policy_name, policy_names
     choose("env", v["env"], ENV_NAMES)
+    if not is_policy_name(v["policy"]):
+        raise UsageError(f"unknown policy {v['policy']!r}; valid policies: {', '.join(policy_names())}")
     choose("estimator", v["estimator"], ESTIMATORS)
     choose("clip scheme", v["clip"], CLIP_SCHEMES)
     choose("context policy", v["context"], ("full", "last_k", "summary"))
@@ -104,7 +109,7 @@ def config_from(args, **override):
         fkw.setdefault(choose("filter", name, FILTERS), {}).update(parse_kv([rest], "--filter-kw"))
     cfg = TrainConfig(
         env=v["env"], env_kwargs=parse_kv(v["env_kw"], "--env-kw"), policy=v["policy"],
-        estimator=v["estimator"], estimator_kwargs=parse_kv(v["est_kw"], "--est-kw"), clip=v["clip"],
+        autocast=v.get("autocast"), estimator=v["estimator"], estimator_kwargs=parse_kv(v["est_kw"], "--est-kw"), clip=v["clip"],
         clip_kwargs=parse_kv(v["clip_kw"], "--clip-kw"), ratio=v["ratio"], agg=v["agg"], kl=v["kl"],
         kl_coef=v["kl_coef"], mask_env_tokens=not v["no_mask_env_tokens"], filters=list(v["filter"]),
         filter_kwargs=fkw, context=v["context"], context_k=v["context_k"], recompute=v["recompute"],
@@ -224,6 +229,12 @@ def cmd_precompute(args) -> int:
     return 0
 
 
+def cmd_pretrain(args) -> int:
+    from .policies.tinylm import main as pretrain_main
+    pretrain_main(args.rest)
+    return 0
+
+
 def cmd_bench(args) -> int:
     choose("benchmark", args.name, BENCHES)
     module = importlib.import_module(BENCHES[args.name])
@@ -268,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("names", nargs="*", help=f"targets (default: all): {', '.join(PRECOMPUTE)}")
     pc.add_argument("--out-dir", default=None)
     pc.set_defaults(func=cmd_precompute)
+    pt = sub.add_parser("pretrain", help="behaviour-clone TinyLM on data/demos/ -> data/checkpoints/tinylm.pt")
+    pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain -- --help)")
+    pt.set_defaults(func=cmd_pretrain)
     b = sub.add_parser("bench", help=f"run a benchmark ({', '.join(BENCHES)})")
     b.add_argument("name")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")

@@ -380,22 +380,25 @@ def _allowed_at(allowed_V: Optional[torch.Tensor], policy_pos: torch.Tensor) -> 
     return allowed_V[None, None, :] | ~policy_pos[..., None]                   # (n, L, V)
 
 
-def recompute_logp(policy, ro: Rollout, mode: str = "matched") -> tuple[torch.Tensor, torch.Tensor]:
+def recompute_logp(policy, ro: Rollout, mode: str = "matched", env_tokens: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs and entropies (B, T) of the batch's tokens under ``policy`` (with gradient).
 
     ``matched``: each turn's tokens under the exact context the rollout used (one forward per
     turn; for the ``full`` context policy this is the flat sequence, one forward). ``flat``: every
     token under the full flattened history, the trainer-side view that ignores truncation.
-    Observation and prompt tokens always get their flat log-probs (used only when env-token
-    masking is switched off).
+    Observation and prompt tokens get their flat log-probs (used only when env-token masking is
+    switched off); ``env_tokens=False`` skips that flat pass in matched mode (they are left 0).
     """
     if mode not in ("matched", "flat"):
         raise ValueError(f"mode must be 'matched' or 'flat', got {mode!r}")
     b = ro.batch
     attn = b.turn_id >= 0                                                      # (B, T)
-    logp, ent = policy.logprobs(b.tokens, attn, allowed=_allowed_at(ro.policy_allowed, b.policy_mask))
-    if mode == "flat" or ro.context == "full":
-        return logp, ent
+    if mode == "flat" or ro.context == "full" or env_tokens:
+        logp, ent = policy.logprobs(b.tokens, attn, allowed=_allowed_at(ro.policy_allowed, b.policy_mask))
+        if mode == "flat" or ro.context == "full":
+            return logp, ent
+    else:
+        logp = ent = torch.zeros(b.tokens.shape, device=b.tokens.device)       # (B, T), filled per turn below
     for tc in ro.contexts:
         L = tc.context.shape[1]
         seq = torch.cat([tc.context, tc.gen], 1)                               # (n, L + M)

@@ -34,6 +34,7 @@ from .objectives import CLIP_SCHEMES, loss_mask, policy_loss
 from .policies.factory import build_policy, is_policy_name, policy_names
 from .credit.critics import TurnCritic, value_loss
 from .rollout import CONTEXTS, recompute_logp, rollout
+from .textcodec import TextCodec, TextExpert
 from .tree import STRATEGIES, tree_rollout
 
 __all__ = ["TrainConfig", "RunLog", "Trainer", "train", "CRITIC_ESTIMATORS"]
@@ -50,7 +51,10 @@ class TrainConfig:
     env_kwargs: dict = field(default_factory=dict)
     """arguments of the env core (e.g. {"map_name": "4x4", "slip": 0.1})"""
     policy: str = "tiny"
-    """policy name: a toy transformer preset (tiny | small | base), see toyrl.policies.factory"""
+    """policy name: a toy transformer preset (tiny | small | base), tinylm[:PATH] (a text policy) or
+    hf:PATH (a local Hugging Face causal LM); see toyrl.policies.factory"""
+    autocast: Optional[str] = None
+    """None or "bf16": autocast the forwards of tinylm / hf policies"""
     n_think: int = 2
     """distinct thinking tokens in the vocabulary"""
     think_max: int = 2
@@ -216,7 +220,7 @@ class Trainer:
             env_kwargs["max_turns"] = cfg.max_turns
         self.core = make_core(cfg.env, self.B, seed=cfg.seed, **env_kwargs)
         self.policy, self.codec = build_policy(cfg.policy, self.core, self.device, n_think=cfg.n_think,
-                                               think_max=cfg.think_max)
+                                               think_max=cfg.think_max, autocast=cfg.autocast)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.ref = None
         self.history = deque(maxlen=cfg.staleness + 1)         # policy weights of the last updates
@@ -304,7 +308,8 @@ class Trainer:
                 choose = replay_chooser([demos[i]["actions"] for i in pick])
             else:
                 tasks, choose = self.core.sample_tasks(self.rng, self.B), expert_actions
-            expert = ScriptedPolicy(self.core, self.codec, choose, self.device)
+            Expert = TextExpert if isinstance(self.codec, TextCodec) else ScriptedPolicy
+            expert = Expert(self.core, self.codec, choose, self.device)
             ro = rollout(expert, self.core, tasks, np.arange(self.B), codec=self.codec, context=cfg.context,
                          context_k=cfg.context_k, constrain=cfg.constrain)
             logp, _ = recompute_logp(self.policy, ro, "matched")
@@ -352,7 +357,7 @@ class Trainer:
         self.policy.train()
         for _ in range(cfg.ppo_epochs):
             ta = time.perf_counter()
-            logp, ent = recompute_logp(self.policy, ro, cfg.recompute)
+            logp, ent = recompute_logp(self.policy, ro, cfg.recompute, env_tokens=not cfg.mask_env_tokens)
             loss, info = policy_loss(logp, old_logp, adv, lmask, b.turn_id, ratio=cfg.ratio, clip=cfg.clip,
                                      clip_kwargs=cfg.clip_kwargs, agg=cfg.agg, ref_logp=ref_logp,
                                      kl=cfg.kl if ref_logp is not None else None, kl_coef=cfg.kl_coef,

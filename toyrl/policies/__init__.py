@@ -13,9 +13,11 @@ import torch
 
 from .base import Generation, TokenPolicy, masked_log_softmax, positions_from_mask, prev_valid_index
 from .toy import PRESETS, ToyTransformer, ToyTransformerConfig
+from .hf import HFPolicy
+from .tinylm import TinyLM
 
 __all__ = ["TokenPolicy", "Generation", "ToyTransformer", "ToyTransformerConfig", "PRESETS", "make_policy",
-           "masked_log_softmax", "positions_from_mask", "prev_valid_index"]
+           "masked_log_softmax", "positions_from_mask", "prev_valid_index", "HFPolicy", "TinyLM"]
 
 
 def make_policy(name_or_config: Union[str, ToyTransformerConfig], vocab_size: int,

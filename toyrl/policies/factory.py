@@ -1,9 +1,18 @@
 """Build the policy and the codec a run uses from one name (``TrainConfig.policy`` / ``--policy``).
 
 - a toy preset ("tiny", "small", "base"): the toy transformer over ``ToyCodec`` tokens (thinking,
-  action and observation tokens of the env's token view).
+  action and observation tokens of the env's token view);
+- "tinylm": TinyLM from the shipped BC checkpoint ``data/checkpoints/tinylm.pt``; "tinylm:PATH" from
+  another checkpoint; "tinylm:scratch" randomly initialized (no warm start). Text in, text out
+  through ``TextCodec``;
+- "hf:PATH": any local Hugging Face causal LM + tokenizer directory (``HFPolicy``), chat-style text.
+
+``autocast="bf16"`` runs the policy's forward passes under bf16 autocast (CPU or CUDA).
 """
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 from .toy import PRESETS
 
@@ -12,19 +21,57 @@ __all__ = ["build_policy", "policy_names", "is_policy_name"]
 
 def policy_names() -> list[str]:
     """The valid values of ``--policy`` (patterns shown as such)."""
-    return sorted(PRESETS)
+    return sorted(PRESETS) + ["tinylm", "tinylm:scratch", "tinylm:PATH", "hf:PATH"]
 
 
 def is_policy_name(name: str) -> bool:
-    """True if ``build_policy`` knows ``name``."""
-    return name in PRESETS
+    """True if ``build_policy`` knows ``name`` (for ``tinylm:PATH`` / ``hf:PATH``: PATH exists locally)."""
+    if not isinstance(name, str):
+        return False
+    if name in PRESETS or name == "tinylm:scratch":
+        return True
+    if name == "tinylm":
+        from .tinylm import DEFAULT_CHECKPOINT
+        return DEFAULT_CHECKPOINT.exists()
+    for prefix in ("tinylm:", "hf:"):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return Path(name[len(prefix):]).expanduser().exists()
+    return False
 
 
-def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 2, seed=None):
-    """(policy, codec) for the policy ``name`` playing the env ``core``."""
+def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 2, seed=None,
+                 autocast: Optional[str] = None, **kw):
+    """(policy, codec) for the policy ``name`` playing the env ``core``.
+
+    Extra keywords go to ``HFPolicy.from_pretrained`` (e.g. ``lora={"r": 8}``) or to the text codec
+    of TinyLM (e.g. ``render="full"``); ``n_think`` / ``think_max`` only concern toy presets.
+    """
     from ..rollout import ToyCodec
     from . import make_policy
     if name in PRESETS:
         codec = ToyCodec.for_core(core, n_think, think_max)
+        if _dtype(autocast) is not None:
+            raise ValueError("autocast applies to the language-model policies (tinylm, hf:PATH), not toy presets")
         return make_policy(name, codec.size, device, seed=seed), codec
+    if name == "tinylm" or name.startswith("tinylm:"):
+        from .tinylm import DEFAULT_CHECKPOINT, TinyLM
+        path = name[len("tinylm:"):] if name.startswith("tinylm:") else str(DEFAULT_CHECKPOINT)
+        policy = TinyLM.from_scratch(seed=seed) if path == "scratch" else TinyLM.load(Path(path).expanduser())
+        policy = policy.to(device)
+        policy.autocast_dtype = _dtype(autocast)
+        return policy, policy.codec(**kw)
+    if name.startswith("hf:") and len(name) > 3:
+        from .hf import HFPolicy
+        codec_kw = {k: kw.pop(k) for k in ("render", "max_new", "system") if k in kw}
+        policy = HFPolicy.from_pretrained(name[3:], device=device, autocast=autocast, **kw)
+        return policy, policy.codec(**codec_kw)
     raise ValueError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}")
+
+
+def _dtype(autocast: Optional[str]):
+    import torch
+    if autocast in (None, "", "none", "fp32"):
+        return None
+    if autocast not in ("bf16", "fp16"):
+        raise ValueError(f"autocast must be None, 'bf16' or 'fp16', got {autocast!r}")
+    return torch.bfloat16 if autocast == "bf16" else torch.float16

@@ -1,0 +1,146 @@
+"""HFPolicy: a tiny random GPT-2 / Llama + a locally trained tokenizer, behind the TokenPolicy protocol.
+
+Nothing is downloaded: the model and the tokenizer are built here and saved to a temp directory.
+"""
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from toyrl.cli import main as cli_main                           # noqa: E402
+from toyrl.envs import make_core                                 # noqa: E402
+from toyrl.policies import HFPolicy                              # noqa: E402
+from toyrl.policies.factory import build_policy, is_policy_name  # noqa: E402
+from toyrl.rollout import recompute_logp, rollout                # noqa: E402
+from toyrl.train import RunLog, TrainConfig                      # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one torch thread is faster, and avoids spin-waits on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def make_local_model(path, kind="gpt2", chat=False):
+    """Save a randomly initialized tiny causal LM and a byte-level BPE tokenizer (trained on a few
+    env strings) to ``path``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    texts = ["Lake 4x4 AFFF\nFHFH\nFFFH\nHFFG move[left] move[right] move[up] move[down]",
+             "User: Assistant: You are at row 0, column 1. Turn 2 of 3."] * 5
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    if chat:
+        tok.chat_template = CHAT
+    ids = dict(vocab_size=len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_positions=1024, n_embd=32, n_layer=2, n_head=2, **ids))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=2, num_key_value_heads=1,
+                                             max_position_embeddings=1024, **ids))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    return make_local_model(tmp_path_factory.mktemp("gpt2"), "gpt2")
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    return make_local_model(tmp_path_factory.mktemp("llama"), "llama", chat=True)
+
+
+def test_policy_names(gpt2_dir, tmp_path):
+    assert is_policy_name("hf:" + gpt2_dir)
+    assert not is_policy_name("hf:" + str(tmp_path / "missing"))
+    assert not is_policy_name("hf:")
+    with pytest.raises(FileNotFoundError):
+        HFPolicy.from_pretrained(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+@pytest.mark.parametrize("context", ["full", "last_k"])
+def test_rollout_logp_matches_recompute(which, context, gpt2_dir, llama_dir):
+    """Sampling with the KV cache and teacher-forced recompute agree (left padding, mid padding)."""
+    path = gpt2_dir if which == "gpt2" else llama_dir
+    core = make_core("gridworld", 4, seed=0, map_name="4x4", max_turns=3)
+    policy, codec = build_policy("hf:" + path, core, "cpu")
+    assert codec.allowed() is None and len(codec.stop_tokens()) >= 2
+    tasks = core.sample_tasks(np.random.default_rng(0), 4)
+    ro = rollout(policy, core, tasks, np.arange(4) // 2, codec=codec, context=context, context_k=1,
+                 generator=torch.Generator().manual_seed(0))
+    b = ro.batch
+    logp, _ = recompute_logp(policy, ro, "matched")
+    assert float(((logp.detach() - b.old_logp).abs() * b.policy_mask).max()) < 1e-4
+    assert b.obs_mask.any() and not (b.obs_mask & b.policy_mask).any()       # observations are env tokens
+
+
+def test_chat_template_strings(llama_dir):
+    policy = HFPolicy.from_pretrained(llama_dir)
+    codec = policy.codec(render="compact")
+    assert codec.template == ("<|user|>", "<|endoftext|><|assistant|>", "<|endoftext|><|user|>")
+    core = make_core("gridworld", 1, map_name="4x4")
+    core.reset(core.sample_tasks(np.random.default_rng(0), 1))
+    text = policy.tokenizer.decode(codec.prompt(core, 0))
+    assert text == "<|user|>AFFF\nFHFH\nFFFH\nHFFG<|endoftext|><|assistant|>"
+
+
+def test_bf16_autocast_runs(gpt2_dir):
+    policy = HFPolicy.from_pretrained(gpt2_dir, autocast="bf16")
+    tok = torch.tensor([[5, 6, 7, 8]])
+    logp, ent = policy.logprobs(tok, torch.ones_like(tok, dtype=torch.bool))
+    assert logp.dtype == torch.float32 and torch.isfinite(logp).all() and torch.isfinite(ent).all()
+
+
+def test_lora_needs_peft_or_wraps(gpt2_dir):
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="peft"):
+            HFPolicy.from_pretrained(gpt2_dir, lora={"r": 4})
+        return
+    policy = HFPolicy.from_pretrained(gpt2_dir, lora={"r": 4, "target_modules": ["c_attn"]})
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    assert 0 < trainable < sum(p.numel() for p in policy.parameters())
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_cli_trains_two_steps(which, gpt2_dir, llama_dir, tmp_path):
+    """`toyrl train --policy hf:PATH` runs two GRPO steps end to end and writes a finite log."""
+    path = gpt2_dir if which == "gpt2" else llama_dir
+    out = tmp_path / "run.jsonl"
+    rc = cli_main(["train", "--policy", f"hf:{path}", "--env", "gridworld", "--env-kw", 'map_name="4x4"',
+                   "--max-turns", "2", "--steps", "2", "--group-size", "2", "--prompts", "2", "--lr", "1e-3",
+                   "--context", "last_k", "--context-k", "1", "--no-progress", "--out", str(out)])
+    assert rc == 0
+    rows = RunLog.load(out).rows
+    assert len(rows) == 2 and all(np.isfinite(r["loss"]) and r["tokens_generated"] > 0 for r in rows)
+
+
+def test_trainer_updates_weights(gpt2_dir):
+    from toyrl.train import Trainer
+    cfg = TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4"}, policy="hf:" + gpt2_dir, max_turns=2,
+                      steps=1, group_size=2, prompts_per_step=2, lr=1e-2, context="last_k", context_k=1,
+                      entropy_coef=0.01, progress=False)
+    tr = Trainer(cfg)
+    before = [p.detach().clone() for p in tr.policy.parameters()]
+    row = tr.step()
+    assert np.isfinite(row["loss"])
+    assert any(not torch.equal(a, p) for a, p in zip(before, tr.policy.parameters()))

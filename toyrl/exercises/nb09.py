@@ -1,0 +1,53 @@
+"""Exercise checkers of notebook 9 (a small language-model policy)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import exercise
+
+REPLIES = ["move[down]", "move [down]", "Move[RIGHT]", "move[down", "go left: move[up] then move[left]", "down"]
+
+
+def _parse_answers() -> list:
+    from ..envs import make_core
+    core = make_core("gridworld", 1, map_name="4x4")
+    return [core.parse_action(r) is None for r in REPLIES]
+
+
+@exercise("09.void")
+def check_void(answer):
+    """answer: one bool per reply of REPLIES, True where the turn is void."""
+    want = _parse_answers()
+    got = [bool(a) for a in answer]
+    if len(got) != len(want):
+        return False, f"give one True/False per reply ({len(want)} replies)"
+    if got == want:
+        return True, "a reply is void exactly when parse_action finds no `move[left|down|right|up]` in it"
+    wrong = [REPLIES[i] for i in range(len(want)) if got[i] != want[i]]
+    return False, (f"look again at {wrong!r}: the parser takes the *last* name[argument], ignores case, and "
+                   "needs the bracket right after the name and a closing ]")
+
+
+@exercise("09.template")
+def check_template(answer):
+    """answer: (H, MI) of text_template_stats for the replies and tasks given in the notebook."""
+    from ..textcodec import text_template_stats
+    want = text_template_stats(["search[Valby]", "search[Osto Ulorvis]", "answer[archivist]", "answer[1842]"],
+                               [0, 0, 1, 1])
+    h, mi = (float(x) for x in answer)
+    if np.allclose([h, mi], want, atol=1e-3):
+        return True, f"H = {want[0]:.3f}, MI = {want[1]:.3f} nats: two templates, each tied to one task"
+    return False, ("blank the bracket arguments first (search[_], answer[_]), then count templates overall "
+                   "and within each task; MI = H(template) - H(template | task)")
+
+
+@exercise("09.warm_start")
+def check_warm_start(answer):
+    """answer: mean success_rate over the last 5 steps of grid4x4_bc_grpo minus that of grid4x4_scratch_grpo."""
+    from ..policies.tinylm import load_small_llm
+    runs = load_small_llm(["grid4x4_bc_grpo", "grid4x4_scratch_grpo"])
+    tail = lambda rows: float(np.mean([r["success_rate"] for r in rows[-5:]]))   # noqa: E731
+    want = tail(runs["grid4x4_bc_grpo"]) - tail(runs["grid4x4_scratch_grpo"])
+    if abs(float(answer) - want) < 1e-6:
+        return True, f"{want:.3f}: without the warm start almost every reply is void, so every reward is 0"
+    return False, "average `success_rate` over rows[-5:] of each run (a list of dicts), then subtract"

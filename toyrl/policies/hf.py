@@ -1,0 +1,192 @@
+"""HFPolicy: any local Hugging Face causal LM + tokenizer behind the TokenPolicy protocol.
+
+Dimension legend: B rows, L context positions, N new tokens, T sequence positions, V vocabulary.
+
+    policy = HFPolicy.from_pretrained("/models/qwen2.5-0.5b", device="cuda", autocast="bf16")
+    codec = policy.codec()            # chat-style multi-turn text (TextCodec)
+    # or from the CLI: toyrl train --policy hf:/models/qwen2.5-0.5b --context last_k ...
+
+The same three rules as the toy transformer (``base.py``) hold: positions come from the padding
+mask (``position_ids``), a token is scored by the logits of the previous real position, and an
+``allowed`` mask (None for text policies) travels with the tokens. Generation prefills the context
+once and then feeds one token at a time through the model's own KV cache (``past_key_values``).
+
+The model is loaded with ``local_files_only=True``: the path must exist on disk (no hub download at
+run time). ``lora={"r": 8, "alpha": 16}`` wraps the model in LoRA adapters with ``peft`` when it is
+installed (only the adapters train). ``autocast="bf16"`` runs forwards under bf16 autocast; the
+softmax over the vocabulary is always taken in fp32.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from ..textcodec import TEMPLATES, TextCodec
+from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, prev_valid_index
+
+__all__ = ["HFPolicy", "HFTokenizer", "chat_template_strings"]
+
+
+class HFTokenizer:
+    """Adapter of a ``transformers`` tokenizer to the interface ``TextCodec`` reads."""
+
+    def __init__(self, tok, vocab_size: Optional[int] = None):
+        self.tok = tok
+        self.vocab_size = int(vocab_size or len(tok))
+        self.eos_id = tok.eos_token_id
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else (self.eos_id or 0)
+        self.bos_id = None                       # the chat template writes any BOS itself
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=True)
+
+    def id_texts(self) -> list[str]:
+        n = len(self.tok)
+        texts = [self.tok.convert_tokens_to_string([t]) if t is not None else ""
+                 for t in self.tok.convert_ids_to_tokens(list(range(n)))]
+        return texts + [""] * (self.vocab_size - n)
+
+
+def chat_template_strings(tok) -> tuple[str, str, str]:
+    """(head, to_assistant, to_user) cut out of the tokenizer's chat template by rendering
+    [user U, assistant A, user O] with sentinels; TEMPLATES["plain"] when there is no template."""
+    if not getattr(tok, "chat_template", None):
+        return TEMPLATES["plain"]
+    msgs = [{"role": "user", "content": "\x01U\x01"}, {"role": "assistant", "content": "\x01A\x01"},
+            {"role": "user", "content": "\x01O\x01"}]
+    try:
+        s = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        head, rest = s.split("\x01U\x01")
+        to_asst, rest = rest.split("\x01A\x01")
+        to_user, _ = rest.split("\x01O\x01")
+    except Exception:                            # an unusual template: fall back to plain text
+        return TEMPLATES["plain"]
+    return head, to_asst, to_user
+
+
+class HFPolicy(torch.nn.Module):
+    """A ``transformers`` causal LM as a TokenPolicy (ids in, ids out)."""
+
+    def __init__(self, model, tokenizer, autocast: Optional[str] = None):
+        super().__init__()
+        self.model, self.tokenizer = model, tokenizer
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.hf_tokenizer = HFTokenizer(tokenizer, max(self.vocab_size, len(tokenizer)))
+        self.pad_id = int(self.hf_tokenizer.pad_id)
+        self.autocast_dtype = {None: None, "none": None, "fp32": None, "bf16": torch.bfloat16,
+                               "fp16": torch.float16}[autocast]
+
+    @classmethod
+    def from_pretrained(cls, path: Union[str, Path], device="cpu", *, autocast: Optional[str] = None,
+                        dtype: Optional[torch.dtype] = None, lora: Optional[dict] = None) -> "HFPolicy":
+        """Load a local model directory (config, weights, tokenizer). ``lora``: LoraConfig fields
+        (``r``, ``alpha``, ``dropout``, ``target_modules``), needs ``peft``."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        path = Path(path).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"no local model directory at {path} (HFPolicy never downloads)")
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                     **({"dtype": dtype} if dtype is not None else {}))
+        if lora is not None:
+            try:
+                from peft import LoraConfig, get_peft_model
+            except ImportError as e:
+                raise ImportError("lora=... needs the optional package peft (pip install peft)") from e
+            cfg = LoraConfig(r=lora.get("r", 8), lora_alpha=lora.get("alpha", 16),
+                             lora_dropout=lora.get("dropout", 0.0),
+                             target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
+            model = get_peft_model(model, cfg)
+        return cls(model, tok, autocast).to(device)
+
+    def codec(self, *, render: str = "full", max_new: int = 24, system: str = "") -> TextCodec:
+        """The chat-style TextCodec of this tokenizer (template from ``chat_template_strings``)."""
+        return TextCodec(self.hf_tokenizer, max_new=max_new, render=render,
+                         template=chat_template_strings(self.tokenizer), system=system)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def _forward(self, tokens: Tensor, mask: Tensor, **kw):
+        tokens = tokens.masked_fill(~mask, self.pad_id)
+        with self._autocast():
+            return self.model(input_ids=tokens, attention_mask=mask.long(), position_ids=positions_from_mask(mask),
+                              **kw)
+
+    def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
+        """(B, T, d) last-layer hidden states (fp32)."""
+        out = self._forward(tokens, attn_mask.bool(), output_hidden_states=True, use_cache=False)
+        return out.hidden_states[-1].float()
+
+    def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
+                 temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+        """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``)."""
+        attn_mask = attn_mask.bool()
+        logits = self._forward(tokens, attn_mask, use_cache=False).logits.float()   # (B, T, V)
+        B, T, V = logits.shape
+        prev = prev_valid_index(attn_mask)                                           # (B, T)
+        scored = attn_mask & (prev >= 0)
+        logits = logits.gather(1, prev.clamp(min=0)[..., None].expand(B, T, V))      # (B, T, V) shifted
+        logp_all, ent = masked_log_softmax(logits, allowed, temperature)
+        ids = tokens.masked_fill(~attn_mask, self.pad_id)
+        logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)                       # (B, T)
+        return logp.masked_fill(~scored, 0.0), ent.masked_fill(~scored, 0.0)
+
+    @torch.no_grad()
+    def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
+                 stop_token=None, allowed: Optional[Tensor] = None, greedy: bool = False,
+                 generator: Optional[torch.Generator] = None, past=None) -> Generation:
+        """Sample up to ``max_new`` tokens per row after ``context`` (B, L) with the model's KV cache.
+        ``past`` is not supported (each turn re-reads its context); ``Generation.past`` is None."""
+        if past is not None:
+            raise ValueError("HFPolicy.generate does not continue from a past; pass the whole context")
+        if max_new < 1 or temperature <= 0:
+            raise ValueError(f"need max_new >= 1 and temperature > 0, got {max_new}, {temperature}")
+        mask = context_mask.bool()
+        B, dev = context.shape[0], context.device
+        stops = None if stop_token is None else torch.as_tensor(stop_token, device=dev).reshape(-1)
+        out = self._forward(context, mask, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1].float()               # (B, V)
+        idx = torch.arange(mask.shape[1], device=dev).expand_as(mask)
+        last = torch.where(mask, idx, -1).amax(1)                                    # (B,) last real position
+        if not bool((last == mask.shape[1] - 1).all()):                              # right padding: pick the real last
+            logits = self._forward(context, mask, use_cache=False).logits.float()[torch.arange(B), last.clamp(min=0)]
+        n_real = mask.sum(1)                                                         # (B,)
+        tokens = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=dev)     # (B, N)
+        logp = torch.zeros(B, max_new, device=dev)
+        entropy = torch.zeros(B, max_new, device=dev)
+        gmask = torch.zeros(B, max_new, dtype=torch.bool, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        attn = mask.long()                                                           # (B, L + t)
+        for t in range(max_new):
+            lp_all, ent = masked_log_softmax(logits, allowed_at(allowed, t), temperature)   # (B, V), (B,)
+            tok = lp_all.argmax(-1) if greedy else torch.multinomial(lp_all.exp(), 1, generator=generator).squeeze(1)
+            live = ~done
+            tokens[:, t] = torch.where(live, tok, self.pad_id)
+            logp[:, t] = torch.where(live, lp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
+            entropy[:, t] = torch.where(live, ent, 0.0)
+            gmask[:, t] = live
+            if stops is not None:
+                done = done | (live & torch.isin(tok, stops))
+            if t == max_new - 1 or bool(done.all()):
+                break
+            attn = torch.cat([attn, live.long()[:, None]], 1)
+            with self._autocast():
+                step = self.model(input_ids=tokens[:, t:t + 1], attention_mask=attn, past_key_values=cache,
+                                  position_ids=(n_real + t)[:, None], use_cache=True)
+            cache = step.past_key_values
+            logits = torch.where(live[:, None], step.logits[:, -1].float(), logits)
+        return Generation(tokens=tokens, logp=logp, entropy=entropy, mask=gmask, past=None)
