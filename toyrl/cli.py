@@ -187,6 +187,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    import torch
+    torch.set_num_threads(1)                     # the toy model is too small to gain from a second thread
     from .demo import run_demo
     run_demo(out=args.out, steps=args.steps, seed=args.seed)
     return 0

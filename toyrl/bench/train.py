@@ -21,7 +21,10 @@ def main(argv=None) -> dict:
     p.add_argument("--policy", default="tiny")
     p.add_argument("--quick", action="store_true", help="20 steps (a smoke run)")
     p.add_argument("--budget", type=float, default=30.0, help="seconds the full run should fit in")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the toy model is too small to gain from more)")
     a = p.parse_args(argv)
+    import torch
+    torch.set_num_threads(a.threads)
     steps = 20 if a.quick else a.steps
     trainer = Trainer(TrainConfig(env=a.env, estimator=a.estimator, policy=a.policy, steps=steps, progress=False))
     t0 = time.perf_counter()
@@ -29,7 +32,7 @@ def main(argv=None) -> dict:
     total = time.perf_counter() - t0
     parts = {k: float(log.column(k).sum()) for k in ("time_rollout", "time_prep", "time_recompute", "time_update")}
     other = total - sum(parts.values())
-    print(f"{a.estimator} on {a.env}, policy {a.policy}, 8 x 8 rollouts per step, {steps} steps")
+    print(f"{a.estimator} on {a.env}, policy {a.policy}, 8 x 8 rollouts per step, {steps} steps, {a.threads} thread(s)")
     print(f"total {total:.2f} s ({1000 * total / steps:.1f} ms/step); budget {a.budget:.0f} s for 200 steps "
           f"-> projected {total * 200 / steps:.1f} s = {total * 200 / steps / a.budget:.2f} of budget")
     for k, v in {**parts, "other (diagnostics, logging)": other}.items():
