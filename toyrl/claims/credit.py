@@ -1,0 +1,147 @@
+"""Claims 8-14 of the ledger: credit assignment, normalization, weighting and warm starts (seed article,
+second half). Same structure as ``stability.py``."""
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import Claim, Test, auc, early, final, peak_drop, tokens_per_episode
+
+__all__ = ["CREDIT_CLAIMS"]
+
+# random 4x4 lakes: a new map per task, so some tasks are easy, some hard, some never solved
+RANDOM_LAKES = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, prompts_per_step=4)
+
+
+def _outcome(s: dict) -> dict:
+    tpe = tokens_per_episode(s)
+    return {"final_success": final(s["success_rate"]), "auc_success": auc(s["success_rate"]),
+            "early_success": early(s["success_rate"]), "peak_drop": peak_drop(s["success_rate"]),
+            "final_turns": final(s["turns_per_episode"]), "final_tokens_per_episode": final(tpe),
+            "tokens_per_step": float(np.nanmean(s["tokens_generated"]))}
+
+
+def _gigpo_metrics(s: dict) -> dict:
+    out = _outcome(s)
+    out["recur_states"] = float(np.mean(s.get("probe_recur_states", [np.nan])))
+    out["recur_turns"] = float(np.mean(s.get("probe_recur_turns", [np.nan])))
+    return out
+
+
+gigpo = Claim(
+    name="gigpo",
+    claim="GiGPO beats GRPO at the same number of rollouts, and most states recur within a group.",
+    source="GiGPO (Feng et al. 2025), arXiv 2505.10978: > 12% (ALFWorld) and > 9% (WebShop) over GRPO; "
+           "> 65% of states recur within a group",
+    metric="final success rate; share of anchor states visited at least twice within their group",
+    base=dict(**RANDOM_LAKES),
+    arms={"grpo": {"estimator": "grpo"}, "gigpo": {"estimator": "gigpo"}},
+    steps=100, quick_steps=40, probe="recurrence",
+    tests=[Test("GiGPO - GRPO, final success", "final_success", "gigpo", "grpo"),
+           Test("share of recurring anchor states (GiGPO arm) > 0.65", "recur_states", "gigpo", threshold=0.65)],
+    metrics=_gigpo_metrics,
+    needed='a task where per-step credit is the bottleneck and the policy can exploit it: longer horizons with many distinct decisions per episode (ALFWorld has up to 50 steps), more steps and seeds to resolve a difference of a few points.',
+    notes="Random 4x4 lakes, deterministic (like ALFWorld's resets): the rollouts of a group share a map and "
+          "revisit its cells. Tried first: a fixed 5x5 lake with 16 turns, where neither arm got past ~5% success "
+          "in 40 steps (a floor, not a comparison). "
+          "Recurrence is measured every 10 steps on a fresh batch (anchor = equal state key within a group, any "
+          "trajectory, any turn); recur_turns is the share of turns taken from a recurring state.")
+
+rwnorm = Claim(
+    name="rwnorm",
+    claim="Dividing group advantages by the reward std costs performance when many tasks are always or never "
+          "solved.",
+    source="LOOP (Chen et al. 2025), arXiv 2502.01600: RwNorm 61.9 vs 71.3 task completion on AppWorld",
+    metric="final success rate",
+    base=dict(**RANDOM_LAKES),
+    arms={"mean_only": {"estimator": "dr_grpo"}, "std_norm": {"estimator": "grpo"}},
+    steps=100, quick_steps=40,
+    tests=[Test("mean-only - std-normalized, final success", "final_success", "mean_only", "std_norm")],
+    metrics=_outcome,
+    needed="a task mix with many always-solved and never-solved tasks over a long run (AppWorld), and more seeds: here both estimators give a zero advantage to such groups, and std division only rescales the sometimes-solved ones, which Adam's per-parameter scaling partly undoes.",
+    notes="Random lakes mix trivially easy and hopeless maps, the regime the claim is about. Arms differ only in the "
+          "std division (Dr. GRPO vs GRPO advantages), same PPO clip and aggregation.")
+
+is_granularity = Claim(
+    name="is_granularity",
+    claim="The granularity of PPO's importance weight matters: token beats turn beats trajectory.",
+    source="LOOP (Chen et al. 2025), arXiv 2502.01600: 71.3 / 64.1 / 53.3 on AppWorld Test-N",
+    metric="final success rate",
+    base=dict(**RANDOM_LAKES, estimator="rloo", clip="loop", ppo_epochs=2),
+    arms={"token": {"ratio": "token"}, "turn": {"ratio": "turn"}, "trajectory": {"ratio": "trajectory"}},
+    steps=100, quick_steps=40,
+    tests=[Test("token - turn, final success", "final_success", "token", "turn"),
+           Test("turn - trajectory, final success", "final_success", "turn", "trajectory")],
+    metrics=_outcome,
+    needed='longer turns and more off-policy epochs (LOOP: 2 epochs over 40 tasks x 6 rollouts, turns of hundreds of tokens), so that where the ratio is clipped changes which tokens are updated.',
+    notes="LOOP recipe: leave-one-out advantages, asymmetric clip [1/(1+eps), 1+eps], 2 PPO epochs. toyrl's turn "
+          "ratio is the per-turn geometric mean (SORL); LOOP's turn variant is not in its released code.")
+
+length_bias = Claim(
+    name="length_bias",
+    claim="seq-mean-token-mean aggregation biases optimization toward shorter trajectories.",
+    source="ARLArena (Wang et al. 2026), arXiv 2602.21534",
+    metric="policy tokens per episode at the end of training (and turns per episode)",
+    base=dict(**RANDOM_LAKES, think_max=4),
+    arms={"token_mean": {"agg": "token-mean"}, "seq_mean_token_mean": {"agg": "seq-mean-token-mean"}},
+    steps=100, quick_steps=40,
+    tests=[Test("seq-mean-token-mean - token-mean, tokens per episode", "final_tokens_per_episode",
+                "seq_mean_token_mean", "token_mean", sign=-1)],
+    metrics=_outcome, curve="tokens_per_episode",
+    needed='trajectories whose length varies a lot within a group and is not tied to success. A positive effect (longer episodes under seq-mean-token-mean) is the other face of the same weighting: a long failing episode gets a smaller penalty per token, so little pushes it shorter; which face dominates depends on whether long episodes mostly fail (here) or mostly succeed.',
+    notes="Up to 4 thinking tokens per turn, so an episode's length is the policy's choice twice over "
+          "(turns and thinking). Under seq-mean-token-mean a token weighs 1/(B |o_i|).")
+
+bc_warmstart = Claim(
+    name="bc_warmstart",
+    claim="A behaviour-cloning warm start on expert demonstrations raises the success rate reached by RL.",
+    source="ARLArena (Wang et al. 2026), arXiv 2602.21534: +20.71 points on ALFWorld with GRPO",
+    metric="final success rate after the same RL budget",
+    base=dict(env="gridworld", env_kwargs={"size": 4}, prompts_per_step=4),
+    arms={"rl_only": {"bc_steps": 0}, "bc_then_rl": {"bc_steps": 20}},
+    steps=100, quick_steps=40,
+    tests=[Test("BC + RL - RL, final success", "final_success", "bc_then_rl", "rl_only")],
+    metrics=_outcome,
+    needed='an RL budget where RL alone has not caught up with the warm start, or a task RL alone cannot crack.',
+    notes="20 behaviour-cloning steps on the shipped planner demonstrations (data/demos/gridworld.jsonl, random "
+          "4x4 lakes) before RL; the RL budget is the same in both arms.")
+
+tree_rollout = Claim(
+    name="tree_rollout",
+    claim="Tree rollouts beat independent rollouts at an equal token budget.",
+    source="Tree-GRPO (Ji et al. 2025), arXiv 2509.21240",
+    metric="final success rate; tokens generated per step (budget check)",
+    base=dict(**RANDOM_LAKES),
+    arms={"independent": {"rollout": "independent", "estimator": "grpo"},
+          "tree": {"rollout": "tree", "estimator": "tree_grpo"}},
+    steps=100, quick_steps=40,
+    tests=[Test("tree - independent, final success", "final_success", "tree", "independent")],
+    metrics=_outcome,
+    needed='tasks where sharing a prefix saves a large share of the budget (long, expensive prefixes with decisions late in the episode) and a longer run.',
+    notes="Trees start G/2 chains per task and branch from stored states until the task's tokens reach G x the "
+          "mean cost of its first chains (toyrl.tree), Tree-GRPO intra + inter tree advantages.")
+
+# a 6-stage chain learned by heart: sparse success needs 6 right pulls in 12 turns
+CHAIN = dict(env="bandit_chain", prompts_per_step=4, estimator="turn_gae")
+CHAIN_KW = {"stages": 6, "layout_seed": 0, "max_turns": 12}
+
+dense_reward = Claim(
+    name="dense_reward",
+    claim="Dense per-turn rewards beat sparse ones, but naively treating turns as independent episodes "
+          "underperforms trajectory-level PPO.",
+    source="Wei et al. 2025 (MT-GRPO / MT-PPO), arXiv 2505.11821",
+    metric="success rate averaged over the run (AUC: learning speed and level) and final success",
+    base=CHAIN,
+    arms={"sparse_traj": {"env_kwargs": CHAIN_KW, "estimator_kwargs": {"gamma": 1.0, "lam": 1.0}},
+          "dense_traj": {"env_kwargs": {**CHAIN_KW, "dense": True}, "estimator_kwargs": {"gamma": 1.0, "lam": 1.0}},
+          "dense_turn_naive": {"env_kwargs": {**CHAIN_KW, "dense": True}, "estimator_kwargs": {"gamma": 0.0, "lam": 0.0}}},
+    steps=100, quick_steps=40,
+    tests=[Test("dense - sparse (trajectory PPO), success AUC", "auc_success", "dense_traj", "sparse_traj"),
+           Test("trajectory - naive per-turn (dense), success AUC", "auc_success", "dense_traj", "dense_turn_naive")],
+    metrics=_outcome,
+    needed="a task where per-turn rewards can be earned without progress towards the outcome (Wei et al.'s retrieval signals). In BanditChain every dense reward is a step towards success, so crediting a turn with its own reward is just a lower-variance estimate of the same thing.",
+    notes="PPO with a learned turn-level critic (turn GAE). Trajectory-level: gamma = lambda = 1 (each turn is "
+          "credited with the return to go). Naive per-turn decomposition: gamma = lambda = 0 (each turn is its own "
+          "episode, credited with its immediate reward only). In BanditChain every dense reward is aligned with "
+          "the outcome (a right pull always helps), so local over-optimization is not possible in this toy.")
+
+CREDIT_CLAIMS = [gigpo, rwnorm, is_granularity, length_bias, bc_warmstart, tree_rollout, dense_reward]
