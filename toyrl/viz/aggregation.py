@@ -26,7 +26,7 @@ import torch
 from ..credit.outcome import dr_grpo, grpo, rloo
 from ..objectives import agg_weights
 from ..train import TrainConfig
-from .prototype import RUNS_DIR, compare, curve_stats, final_mean, save_sweep
+from .prototype import RUNS_DIR, arms_figure, compare, final_mean, save_sweep
 
 __all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "grid_config",
            "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "precompute", "KEYS"]
@@ -134,16 +134,7 @@ def granularity_table(sweep: dict, arms=("LOOP token", "LOOP turn", "LOOP trajec
 
 def plot_agg_panel(sweep: dict, key: str = "turns_per_episode", arms=None, smooth_w: int = 5):
     """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds)."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for name in arms or sweep:
-        m, se = curve_stats(sweep[name][key], smooth_w)
-        ax.plot(m, label=name)
-        ax.fill_between(np.arange(len(m)), m - se, m + se, alpha=0.2)
-    ax.set_xlabel("step")
-    ax.set_title(key)
-    ax.legend(fontsize=8)
-    return fig
+    return arms_figure(sweep, key, arms, smooth_w)
 
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30, which=("length", "loop")) -> list:

@@ -17,7 +17,6 @@ Precompute the learning curves: ``python -m toyrl.viz.context`` (writes data/run
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ import torch
 
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, compare, curve_stats, save_sweep
+from .prototype import RUNS_DIR, arms_figure, compare, save_sweep
 
 __all__ = ["grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "context_arms",
            "plot_context_panel", "precompute", "KEYS"]
@@ -106,16 +105,7 @@ def context_arms(steps: int = 40) -> dict:
 
 def plot_context_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5):
     """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds)."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for name in arms or sweep:
-        m, se = curve_stats(sweep[name][key], smooth_w)
-        ax.plot(m, label=name)
-        ax.fill_between(np.arange(len(m)), m - se, m + se, alpha=0.2)
-    ax.set_xlabel("step")
-    ax.set_title(key)
-    ax.legend(fontsize=8)
-    return fig
+    return arms_figure(sweep, key, arms, smooth_w)
 
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:

@@ -30,7 +30,7 @@ from ..credit.critics import DoubleCritic, TurnCritic, archer, archer_losses, so
 from ..demos import expert_actions, process_scores
 from ..envs import make_core
 from ..train import TrainConfig
-from .prototype import RUNS_DIR, compare, curve_stats, save_sweep
+from .prototype import RUNS_DIR, arms_figure, compare, save_sweep
 
 __all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "critic_arms",
            "plot_critic_panel", "precompute", "KEYS"]
@@ -165,18 +165,7 @@ def critic_arms(steps: int = 40) -> dict:
 
 def plot_critic_panel(sweep: dict, key: str = "success_rate", smooth_w: int = 5):
     """Widget panel: ``key`` over steps for each arm (mean +- s.e. over seeds)."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for name in sweep:
-        if key not in sweep[name]:
-            continue
-        m, se = curve_stats(sweep[name][key], smooth_w)
-        ax.plot(m, label=name)
-        ax.fill_between(np.arange(len(m)), m - se, m + se, alpha=0.2)
-    ax.set_xlabel("step")
-    ax.set_title(key)
-    ax.legend(fontsize=8)
-    return fig
+    return arms_figure(sweep, key, None, smooth_w)
 
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:

@@ -100,6 +100,28 @@ def curve_stats(rows, w: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return np.nanmean(x, 0), np.nanstd(x, 0) / np.sqrt(n)
 
 
+def plot_band(ax, rows, label: str, smooth_w: int = 1, x=None) -> None:
+    """One arm on ``ax``: the mean over seeds of its (S, N) curves, with a +- s.e. band."""
+    m, se = curve_stats(rows, smooth_w)
+    xs = np.arange(len(m)) if x is None else x
+    ax.plot(xs, m, label=label)
+    ax.fill_between(xs, m - se, m + se, alpha=0.2)
+
+
+def arms_figure(sweep: dict, key: str, arms=None, smooth_w: int = 5):
+    """Widget panel: ``key`` over steps for the chosen arms of a sweep (mean +- s.e. over seeds);
+    arms that did not log ``key`` are left out."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name in arms or sweep:
+        if key in sweep[name]:
+            plot_band(ax, sweep[name][key], name, smooth_w)
+    ax.set_xlabel("step")
+    ax.set_title(key)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def final_mean(rows, last: int = 10) -> tuple[float, float]:
     """Mean over seeds of each seed's mean over its last ``last`` steps, and the seed std."""
     x = np.asarray(rows, dtype=float)[:, -last:]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, compare, curve_stats, save_sweep
+from .prototype import RUNS_DIR, compare, plot_band, save_sweep
 
 __all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "draw_tree", "sample_tree",
            "plot_tree_panel", "precompute", "KEYS"]
@@ -150,10 +150,8 @@ def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 3.2))
     for name in arms or sweep:
-        m, se = curve_stats(sweep[name][key], smooth_w)
-        xs = np.arange(len(m)) if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
-        ax.plot(xs, m, label=name)
-        ax.fill_between(xs, m - se, m + se, alpha=0.2)
+        xs = None if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
+        plot_band(ax, sweep[name][key], name, smooth_w, xs)
     ax.set_xlabel("step" if x == "step" else "tokens generated (cumulative)")
     ax.set_title(key)
     ax.legend(fontsize=8)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from ..diagnostics import grad_norm_per_turn
 from ..objectives import loss_mask, policy_loss
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, compare, curve_stats, save_sweep
+from .prototype import RUNS_DIR, compare, plot_band, save_sweep
 
 __all__ = ["base_config", "void_arms", "void_gradients", "void_rate_by_turn", "plot_void_gradients",
            "plot_void_panel", "precompute", "KEYS"]
@@ -138,9 +138,7 @@ def plot_void_panel(sweep: dict, arms=None, key: str = "void_turn_rate", smooth_
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
     for name in arms:
         for ax, k in zip(axes, (key, "grad_norm")):
-            m, se = curve_stats(sweep[name][k], smooth_w)
-            ax.plot(m, label=name)
-            ax.fill_between(np.arange(len(m)), m - se, m + se, alpha=0.2)
+            plot_band(ax, sweep[name][k], name, smooth_w)
             ax.set_title(k)
             ax.set_xlabel("step")
     axes[0].legend(fontsize=8)
