@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 BENCHES = {

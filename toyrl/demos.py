@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from .envs import ENVS, make_core
+from .envs import make_core
 from .envs.core import VOID, BatchedCore
 from .envs.gridworld import HOLE, GOAL, GridCore, _neighbours
 from .envs.bandit_chain import BanditCore
@@ -116,14 +116,18 @@ class ScriptedPolicy:
 
     def generate(self, context, context_mask, max_new, temperature=1.0, **kw):
         live = np.flatnonzero(~self.core.done)
-        act = torch.as_tensor(self.choose(self.core, live), device=self.device)
-        n = len(live)
-        tokens = torch.full((n, max_new), self.codec.PAD, dtype=torch.long, device=self.device)
-        tokens[:, 0] = torch.where(act == VOID, self.codec.EOT, self.codec.act0 + act.clamp(min=0))
-        mask = torch.zeros(n, max_new, dtype=torch.bool, device=self.device)
-        mask[:, 0] = True
-        zeros = torch.zeros(n, max_new, device=self.device)
+        tokens, mask = self.turn_tokens(np.asarray(self.choose(self.core, live)), live, max_new)   # (n, M)
+        zeros = torch.zeros(tokens.shape, device=self.device)
         return _Gen(tokens, zeros, zeros.clone(), mask)
+
+    def turn_tokens(self, act: np.ndarray, rows: np.ndarray, max_new: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens (n, M) and mask of the turns that play ``act``: one action token, or EOT for VOID."""
+        act = torch.as_tensor(act, device=self.device)
+        tokens = torch.full((len(act), max_new), self.codec.PAD, dtype=torch.long, device=self.device)
+        tokens[:, 0] = torch.where(act == VOID, self.codec.EOT, self.codec.act0 + act.clamp(min=0))
+        mask = torch.zeros(len(act), max_new, dtype=torch.bool, device=self.device)
+        mask[:, 0] = True
+        return tokens, mask
 
 
 def replay_chooser(actions: list[list[int]]) -> Callable:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
+from .demos import ScriptedPolicy
 from .envs.core import VOID, BatchedCore
 
 __all__ = ["WordTokenizer", "TextCodec", "TextExpert", "compact_text", "turn_texts", "text_template_stats",
@@ -209,39 +210,19 @@ class TextCodec:
         return self._encode(core.action_text(int(action), int(i)))
 
 
-@dataclass
-class _Gen:
-    tokens: torch.Tensor
-    logp: torch.Tensor
-    entropy: torch.Tensor
-    mask: torch.Tensor
+class TextExpert(ScriptedPolicy):
+    """A scripted policy that writes the canonical text of ``choose(core, live_rows)``'s actions, so
+    ``rollout`` turns expert actions into TurnBatches of text turns (for BC). ``ScriptedPolicy`` with
+    text turns instead of one action token."""
 
-
-class TextExpert:
-    """A scripted policy that writes the canonical text of ``choose(core, live_rows)``'s actions, behind
-    ``generate``, so ``rollout`` turns expert actions into TurnBatches of text turns (for BC).
-    Like ``toyrl.demos.ScriptedPolicy``: called for the copies not yet done, in order; logp = 0."""
-
-    def __init__(self, core: BatchedCore, codec: TextCodec, choose, device="cpu"):
-        self.core, self.codec, self.choose, self._device = core, codec, choose, torch.device(device)
-        self.vocab_size = codec.size
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    def generate(self, context, context_mask, max_new, temperature=1.0, **kw):
-        live = np.flatnonzero(~self.core.done)
-        act = self.choose(self.core, live)
-        seqs = [self.codec.action_ids(self.core, int(a), int(i))[:max_new] for a, i in zip(act, live)]
-        n = len(live)
-        tokens = torch.full((n, max_new), self.codec.PAD, dtype=torch.long)      # (n, M)
-        mask = torch.zeros(n, max_new, dtype=torch.bool)
+    def turn_tokens(self, act: np.ndarray, rows: np.ndarray, max_new: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seqs = [self.codec.action_ids(self.core, int(a), int(i))[:max_new] for a, i in zip(act, rows)]
+        tokens = torch.full((len(seqs), max_new), self.codec.PAD, dtype=torch.long)   # (n, M)
+        mask = torch.zeros(len(seqs), max_new, dtype=torch.bool)
         for j, s in enumerate(seqs):
             tokens[j, :len(s)] = torch.tensor(s, dtype=torch.long)
             mask[j, :len(s)] = True
-        zeros = torch.zeros(n, max_new, device=self._device)
-        return _Gen(tokens.to(self._device), zeros, zeros.clone(), mask.to(self._device))
+        return tokens.to(self.device), mask.to(self.device)
 
 
 # ---- text-level diagnostics (the Echo Trap on real text) -------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import sys
 import time
 from collections import deque
@@ -33,7 +32,7 @@ from .filters import FILTERS
 from .objectives import CLIP_SCHEMES, loss_mask, policy_loss
 from .policies.factory import build_policy, is_policy_name, policy_names
 from .credit.critics import TurnCritic, value_loss
-from .rollout import CONTEXTS, recompute_logp, rollout
+from .rollout import CONTEXTS, Rollout, recompute_logp, rollout
 from .textcodec import TextCodec, TextExpert
 from .tree import STRATEGIES, tree_rollout
 
@@ -231,7 +230,7 @@ class Trainer:
         self.critic = self.critic_opt = None                   # built on first use, sized to the hidden states
 
     # ---- data --------------------------------------------------------------------------------
-    def sample(self, policy=None, greedy: bool = False, tasks=None) -> "Rollout":
+    def sample(self, policy=None, greedy: bool = False, tasks=None) -> Rollout:
         cfg = self.cfg
         if tasks is None:
             tasks = np.repeat(self.core.sample_tasks(self.rng, cfg.prompts_per_step), cfg.group_size, 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import Claim, Test, auc, collapse_times, early, final, log10_grad, peak_drop, smooth
+from .spec import Claim, Test, auc, collapse_times, early, final, log10_grad, peak_drop
 
 __all__ = ["STABILITY_CLAIMS"]
 

@@ -14,7 +14,7 @@ import torch
 
 from ..batch import discounted_returns
 from .base import check, last_turn, masked_whiten
-from .registry import need, register_estimator
+from .registry import register_estimator
 
 __all__ = ["spa_rewards", "spa"]
 

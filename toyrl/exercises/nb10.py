@@ -1,7 +1,6 @@
 """Exercises of notebook 10 (prototype and port)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from . import exercise
