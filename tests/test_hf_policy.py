@@ -16,14 +16,6 @@ from toyrl.policies.factory import build_policy, is_policy_name  # noqa: E402
 from toyrl.rollout import recompute_logp, rollout                # noqa: E402
 from toyrl.train import RunLog, TrainConfig                      # noqa: E402
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one torch thread is faster, and avoids spin-waits on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext|>{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>{% endif %}")

@@ -16,14 +16,6 @@ from toyrl.rollout import recompute_logp, rollout
 from toyrl.textcodec import (TextCodec, WordTokenizer, compact_text, repetition_rate, text_template_stats)
 from toyrl.train import RunLog, TrainConfig, Trainer
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one torch thread is faster, and avoids spin-waits on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 TOK = build_tokenizer()
 

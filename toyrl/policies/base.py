@@ -147,3 +147,21 @@ def masked_log_softmax(logits: Tensor, allowed: Optional[Tensor] = None,
     logp = torch.log_softmax(z.masked_fill(~allowed, float("-inf")), dim=-1)
     ent = -(logp.exp() * logp.masked_fill(~allowed, 0.0)).sum(-1)           # 0 * -inf would be NaN
     return logp, ent
+
+
+def teacher_forced(logits: Tensor, tokens: Tensor, attn_mask: Tensor, pad_id: int,
+                   allowed: Optional[Tensor] = None, temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+    """Log-prob and entropy (B, T) of each token under the logits (B, T, V) of its previous real position.
+
+        logp[b, t] = log softmax(logits[b, prev(t)] / temperature | allowed[b, t])[tokens[b, t]]
+
+    0 at padding and at each row's first real token. Shared by every ``TokenPolicy.logprobs``.
+    """
+    B, T, V = logits.shape
+    prev = prev_valid_index(attn_mask)                                          # (B, T)
+    scored = attn_mask & (prev >= 0)                                            # (B, T)
+    logits = logits.gather(1, prev.clamp(min=0)[..., None].expand(B, T, V))     # (B, T, V) shifted
+    logp_all, ent = masked_log_softmax(logits, allowed, temperature)            # (B, T, V), (B, T)
+    ids = tokens.masked_fill(~attn_mask, pad_id)
+    logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)                      # (B, T)
+    return logp.masked_fill(~scored, 0.0), ent.masked_fill(~scored, 0.0)

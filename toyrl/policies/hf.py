@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..textcodec import TEMPLATES, TextCodec
-from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, prev_valid_index
+from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, teacher_forced
 
 __all__ = ["HFPolicy", "HFTokenizer", "chat_template_strings"]
 
@@ -136,14 +136,7 @@ class HFPolicy(torch.nn.Module):
         """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``)."""
         attn_mask = attn_mask.bool()
         logits = self._forward(tokens, attn_mask, use_cache=False).logits.float()   # (B, T, V)
-        B, T, V = logits.shape
-        prev = prev_valid_index(attn_mask)                                           # (B, T)
-        scored = attn_mask & (prev >= 0)
-        logits = logits.gather(1, prev.clamp(min=0)[..., None].expand(B, T, V))      # (B, T, V) shifted
-        logp_all, ent = masked_log_softmax(logits, allowed, temperature)
-        ids = tokens.masked_fill(~attn_mask, self.pad_id)
-        logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)                       # (B, T)
-        return logp.masked_fill(~scored, 0.0), ent.masked_fill(~scored, 0.0)
+        return teacher_forced(logits, tokens, attn_mask, self.pad_id, allowed, temperature)
 
     @torch.no_grad()
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,

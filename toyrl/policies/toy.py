@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, prev_valid_index
+from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, teacher_forced
 
 __all__ = ["ToyTransformerConfig", "ToyTransformer", "ToyPast", "PRESETS"]
 
@@ -240,14 +240,7 @@ class ToyTransformer(nn.Module):
         """
         attn_mask = attn_mask.to(torch.bool)
         logits = self(tokens, attn_mask)                                   # (B, T, V)
-        B, T, V = logits.shape
-        prev = prev_valid_index(attn_mask)                                 # (B, T)
-        scored = attn_mask & (prev >= 0)                                   # (B, T)
-        logits = logits.gather(1, prev.clamp(min=0)[..., None].expand(B, T, V))   # (B, T, V) shifted
-        logp_all, ent = masked_log_softmax(logits, allowed, temperature)   # (B, T, V), (B, T)
-        ids = tokens.masked_fill(~attn_mask, self.pad_id)
-        logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)             # (B, T)
-        return logp.masked_fill(~scored, 0.0), ent.masked_fill(~scored, 0.0)
+        return teacher_forced(logits, tokens, attn_mask, self.pad_id, allowed, temperature)
 
     # ---- generation with a KV cache -------------------------------------------------------------
     @torch.no_grad()
