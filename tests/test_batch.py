@@ -140,3 +140,96 @@ def test_segment_std_matches_torch(vals, seed):
             sel = x[idx == s]
             want = sel.std(correction=ddof) if sel.numel() > ddof else torch.tensor(0.0, dtype=torch.float64)
             assert abs(float(got[s]) - float(want)) < 1e-6 * (1 + abs(float(want)))
+
+
+def _returns_loop(r, m, gamma):
+    """Return-to-go by a Python loop over floats (the seed snippet's recursion), 0 on invalid turns."""
+    out = []
+    for row_r, row_m in zip(r.tolist(), m.tolist()):
+        acc, back = 0.0, []
+        for x, v in zip(reversed(row_r), reversed(row_m)):
+            if v:
+                acc = x + gamma * acc
+            back.append(acc if v else 0.0)
+        out.append(back[::-1])
+    return torch.tensor(out, dtype=r.dtype)
+
+
+@settings(deadline=None, max_examples=40)
+@given(seed=st.integers(0, 10_000), B=st.integers(1, 9), H=st.integers(0, 7), gamma=st.sampled_from([0.5, 0.95, 1.0]))
+def test_discounted_returns_is_the_python_recursion_bit_for_bit(seed, B, H, gamma):
+    g = torch.Generator().manual_seed(seed)
+    r = torch.randn(B, H, generator=g, dtype=torch.float64)
+    m = torch.rand(B, H, generator=g) < 0.7                                   # gaps anywhere
+    assert torch.equal(discounted_returns(r, m, gamma), _returns_loop(r, m, gamma))
+
+
+def test_discounted_returns_equal_suffixes_give_equal_bits_in_float32():
+    """The same reward suffix reached at different turns gives bit-equal returns (what anchor stats need)."""
+    r = torch.tensor([[0.0, 0.3, 0.1, 0.7], [0.3, 0.1, 0.7, 0.0]])
+    m = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    R = discounted_returns(r, m, 0.95)
+    assert R[0, 1].item() == R[1, 0].item() and R[1, 3] == 0
+
+
+def test_mask_to():
+    from toyrl.batch import mask_to
+    m = torch.tensor([[True, False], [False, True]])
+    assert torch.equal(mask_to(m, torch.float32), m.float()) and mask_to(m.T, torch.float64).tolist() == [[1, 0], [0, 1]]
+
+
+def _partition(ids, rows):
+    cells = {}
+    for r, i in zip(rows, ids.tolist()):
+        cells.setdefault(i, set()).add(r)
+    return {frozenset(c) for c in cells.values()}
+
+
+@settings(deadline=None, max_examples=30)
+@given(seed=st.integers(0, 10_000), n_keys=st.sampled_from([1, 3, 40, 10_000]), high=st.booleans())
+def test_hash_cells_partition_matches_a_dict(seed, n_keys, high):
+    """Many distinct keys per small group force collisions, retry rounds and the unique fallback."""
+    from toyrl.segments import hash_cells
+    g = torch.Generator().manual_seed(seed)
+    B, H, nG = 64, 6, 5
+    group = torch.randint(0, nG, (B,), generator=g)
+    key = torch.randint(0, n_keys, (B, H), generator=g)
+    key = key << 57 if high else key * -7046029254386353131           # top bits only / wrapping products
+    ids, size = hash_cells(group, key, nG)
+    assert ids.shape == (B * H,) and int(ids.min()) >= 0 and int(ids.max()) < size
+    want = {}
+    for b in range(B):
+        for k in range(H):
+            want.setdefault((int(group[b]), int(key[b, k])), set()).add(b * H + k)
+    assert _partition(ids, range(B * H)) == {frozenset(c) for c in want.values()}
+
+
+def test_anchor_cells_dense_path_equals_hash_path():
+    from toyrl.envs.core import mix64
+    from toyrl.segments import anchor_cells
+    g = torch.Generator().manual_seed(0)
+    group = torch.arange(40) // 4 * 3                                   # sparse group ids
+    small = torch.randint(0, 9, (40, 5), generator=g)
+    mask = torch.rand(40, 5, generator=g) < 0.8
+    dense, S1 = anchor_cells(group, small, mask)                       # 0 <= key < 9: the direct path
+    hashed, S2 = anchor_cells(group, torch.from_numpy(mix64(small.numpy())), mask)
+    valid = mask.view(-1).nonzero().view(-1).tolist()
+    assert _partition(dense[valid], valid) == _partition(hashed[valid], valid)
+    assert (dense[~mask.view(-1)] == S1 - 1).all() and (hashed[~mask.view(-1)] == S2 - 1).all()
+    assert S1 - 1 == 10 * 9 and not (dense[valid] == S1 - 1).any()
+
+
+def test_dense_index_shortcut_and_compact():
+    from toyrl.segments import compact
+    ids = torch.tensor([0, 2, 1, 2])
+    idx, S = dense_index(ids)
+    assert S == 3 and idx is ids                                        # already dense: returned as is
+    idx, S = compact(torch.tensor([9, 2, 9]), 10)
+    assert S == 2 and idx.tolist() == [1, 0, 1]
+
+
+@settings(deadline=None, max_examples=40)
+@given(v=st.floats(-1e6, 1e6, width=32), n=st.integers(2, 40), ddof=st.sampled_from([0, 1]))
+def test_segment_std_of_equal_values_is_exactly_zero(v, n, ddof):
+    x = torch.full((n,), v, dtype=torch.float32)
+    assert segment_std(x, torch.zeros(n, dtype=torch.long), 1, ddof=ddof).item() == 0.0

@@ -160,3 +160,21 @@ def test_gigpo_benchmark_batch_matches_seed_loop():
         got = gigpo(r, b.turn_mask, b.group, b.state_key, gamma=gamma, norm=norm)
         torch.testing.assert_close(got, gigpo_loop(r, b.turn_mask, b.group, b.state_key, gamma=gamma, norm=norm),
                                    atol=1e-8, rtol=1e-8)
+
+
+def test_anchors_of_equal_float32_returns_get_exactly_zero():
+    """Eight rollouts reach the same anchor with the same reward suffix: A^S is exactly 0 (float32)."""
+    r = torch.tensor([[0.0, 0.0, 0.0, 1.0]] * 8)
+    keys = torch.arange(4).expand(8, 4).clone()
+    adv = gigpo(r, torch.ones(8, 4, dtype=torch.bool), torch.zeros(8, dtype=torch.long), keys)
+    assert adv.dtype == torch.float32 and torch.equal(adv, torch.zeros(8, 4))
+
+
+def test_gigpo_float32_benchmark_batch_matches_seed_loop_both_key_kinds():
+    """float32 rewards, 63-bit hashes and dense ids: within float32 rounding of the float64 snippet loop."""
+    from toyrl.bench.credit import make_batch
+    for dense in (False, True):
+        b = make_batch(512, 16, T_turn=1, seed=4, dense_keys=dense)
+        got = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key)
+        want = gigpo_loop(b.turn_reward.double(), b.turn_mask, b.group, b.state_key)
+        torch.testing.assert_close(got, want.float(), atol=2e-5, rtol=2e-5)

@@ -118,3 +118,15 @@ def test_shape_errors_name_the_argument():
             assert word in str(e)
         else:
             raise AssertionError(word)
+
+
+@settings(deadline=None, max_examples=60)
+@given(v=st.floats(-1e6, 1e6, width=32), n=st.integers(2, 40), ddof=st.sampled_from([0, 1]))
+def test_groups_of_equal_float32_returns_get_exactly_zero(v, n, ddof):
+    """Float32 sums of equal values miss the value by an ulp (e.g. 0.95**3 eight times, divided by 8);
+    the statistics accumulate in float64, so a group without variance gets exactly 0, not ~0.05."""
+    R = torch.full((n,), v, dtype=torch.float32)
+    group = torch.zeros(n, dtype=torch.long)
+    for A in (grpo(R, group, ddof=ddof), rloo(R, group), rloo(R, group, scale_by_std=True), dr_grpo(R, group),
+              grpo_passk(R, group)):
+        assert A.dtype == torch.float32 and torch.equal(A, torch.zeros(n)), A

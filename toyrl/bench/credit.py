@@ -2,7 +2,13 @@
 
     toyrl bench credit            # B = 8192 rollouts x H = 16 turns; token case ~1M tokens
     toyrl bench credit --quick    # B = 1024 x H = 8; token case ~130k tokens
-    toyrl bench credit --threads 1 --reps 20 --only gigpo gae   # on a busy machine: fewer threads, more reps
+    toyrl bench credit --reps 20 --only gigpo gigpo:dense gae   # on a busy machine: more reps
+
+One thread by default (the loop references are single-threaded; ``--threads 2`` to compare), and
+glibc keeps freed memory mapped (``toyrl.alloc``; ``--malloc default`` to measure without).
+GiGPO runs twice: ``gigpo`` on 63-bit state hashes (what toyrl's environments emit, hash-table
+path) and ``gigpo:dense`` on the same states as small dense ids (FrozenLake-style cell indices,
+the direct path); both batches have ``--states`` distinct states per group (16: the 4x4 lake).
 
 Loop references (the styles the vectorized code replaces):
   outcome  per-sample dict loop computing group mean / std (verl's GRPO style)
@@ -21,8 +27,10 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from ..alloc import keep_freed_memory
 from ..batch import TurnBatch
 from ..credit import ESTIMATORS
+from ..envs.core import mix64
 
 REF = {  # estimator -> loop reference family
     "grpo": "outcome", "dr_grpo": "outcome", "rloo": "outcome", "opo": "outcome", "gpg": "outcome",
@@ -33,9 +41,11 @@ REF = {  # estimator -> loop reference family
 }
 
 
-def make_batch(B: int, H: int, T_turn: int, G: int = 8, seed: int = 0, device="cpu") -> TurnBatch:
+def make_batch(B: int, H: int, T_turn: int, G: int = 8, seed: int = 0, device="cpu", states: int = 16,
+               dense_keys: bool = False) -> TurnBatch:
     """B rollouts of H turns (variable lengths), T_turn tokens per turn (3/4 policy, 1/4 observation),
-    groups of G, 63-bit state-key hashes drawn from a few states per group (so anchors repeat)."""
+    groups of G, each turn in one of ``states`` states of its group (so anchors repeat), keyed by the
+    environments' 63-bit state hash of (group, state) or, with ``dense_keys``, by the state id itself."""
     g = torch.Generator().manual_seed(seed)
     n = torch.randint(H // 2, H + 1, (B,), generator=g)
     turn_mask = torch.arange(H)[None] < n[:, None]                                # (B, H)
@@ -46,8 +56,8 @@ def make_batch(B: int, H: int, T_turn: int, G: int = 8, seed: int = 0, device="c
     reward = torch.zeros(B, H)
     reward[torch.arange(B), n - 1] = torch.randint(0, 2, (B,), generator=g).float()
     group = torch.arange(B) // G
-    small = torch.randint(0, 6, (B, H), generator=g) + 6 * group[:, None]
-    keys = small * -7046029254386353131 + 12345                                   # wrapping 64-bit hash
+    state = torch.randint(0, states, (B, H), generator=g)                        # (B, H) state id in the group
+    keys = state if dense_keys else torch.from_numpy(mix64(group[:, None].numpy(), state.numpy()))
     kw = dict(entropy=torch.rand(B, T, generator=g), values=torch.rand(B, H, generator=g),
               node=torch.randint(0, 2, (B, H), generator=g).cumsum(1) + 100 * (torch.arange(B) // 4)[:, None],
               info_gain=torch.randn(B, H, generator=g), ref_logp=-torch.rand(B, T, generator=g))
@@ -150,30 +160,42 @@ def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(prog="toyrl bench credit", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller sizes (B=1024, H=8)")
     p.add_argument("--device", default="cpu", help="torch device for the vectorized estimators")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions of each vectorized call")
-    p.add_argument("--only", nargs="*", default=None, help="estimator names to run (default: all registered)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--reps", type=int, default=10, help="timed repetitions of each vectorized call (best is kept)")
+    p.add_argument("--only", nargs="*", default=None,
+                   help="estimator names to run (default: all registered, plus gigpo:dense)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as the loop references)")
+    p.add_argument("--states", type=int, default=16, help="distinct states per group of 8 rollouts (default 16)")
+    p.add_argument("--malloc", choices=["tuned", "default"], default="tuned",
+                   help="tuned: keep freed memory mapped (toyrl.alloc); default: glibc as configured")
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    unknown = [n for n in a.only or [] if n not in ESTIMATORS and n != "gigpo:dense"]
+    if unknown:
+        p.error(f"unknown estimator {unknown[0]!r}; valid: {', '.join(sorted(ESTIMATORS))}, gigpo:dense")
+    torch.set_num_threads(a.threads)
+    tuned = a.malloc == "tuned" and keep_freed_memory()
     B, H = (1024, 8) if a.quick else (8192, 16)
     Bt, Tt = (256, 16) if a.quick else (1024, 64)                                  # token case: Bt x H*Tt tokens
-    turn_b = make_batch(B, H, T_turn=2, device=a.device)
+    turn_b = make_batch(B, H, T_turn=2, states=a.states, device=a.device)
+    dense_b = make_batch(B, H, T_turn=2, states=a.states, dense_keys=True, device=a.device)
     tok_b = make_batch(Bt, 16, T_turn=Tt, device=a.device)
-    print(f"turn case: B={B} x H={H} ({B // 8} groups of 8); token case: B={Bt} x T={tok_b.T} "
-          f"= {Bt * tok_b.T:,} tokens; device {a.device}, torch threads {torch.get_num_threads()}")
+    print(f"turn case: B={B} x H={H} ({B // 8} groups of 8, {a.states} states each); token case: B={Bt} x "
+          f"T={tok_b.T} = {Bt * tok_b.T:,} tokens; device {a.device}, torch threads {torch.get_num_threads()}, "
+          f"malloc {'tuned (64 MiB kept)' if tuned else 'default'}")
     loop_time = {}
     rows = []
     print(f"{'estimator':<22}{'level':<7}{'vectorized ms':>14}{'loop ref':>10}{'loop ms':>10}{'speed-up':>10}")
-    for name in a.only or sorted(ESTIMATORS):
-        est = ESTIMATORS[name]
-        b = tok_b if est.level == "token" else turn_b
-        kw = extra_kwargs(name, b)
+    names = a.only or sorted(ESTIMATORS, key=lambda n: (ESTIMATORS[n].level == "token", n)) + ["gigpo:dense"]
+    for name in names:                                           # default: turn level first, token level last
+        base, _, variant = name.partition(":")
+        est = ESTIMATORS[base]
+        b = tok_b if est.level == "token" else dense_b if variant == "dense" else turn_b
+        kw = extra_kwargs(base, b)
         t = timeit(lambda: est(b, **kw), a.reps)
-        ref = REF.get(name)
-        if ref is not None and (ref, est.level) not in loop_time:
-            loop_time[(ref, est.level)] = timeit(lambda: LOOPS[ref](b.to("cpu")), 1)
-        lt = loop_time.get((ref, est.level), math.nan)
+        ref = REF.get(base)
+        key = (ref, est.level, variant)
+        if ref is not None and key not in loop_time:
+            loop_time[key] = timeit(lambda: LOOPS[ref](b.to("cpu")), 3)
+        lt = loop_time.get(key, math.nan)
         rows.append(dict(name=name, level=est.level, ms=1e3 * t, ref=ref or "-", loop_ms=1e3 * lt, speedup=lt / t))
         print(f"{name:<22}{est.level:<7}{1e3 * t:>14.2f}{ref or '-':>10}{1e3 * lt:>10.1f}{lt / t:>9.0f}x")
     return rows

@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from ..batch import mask_to
 from ..segments import dense_index, segment_sum
 
 __all__ = ["check", "group_norm", "group_ids", "masked_whiten", "place_at_turn_end", "turn_end_pos", "place_at",
@@ -52,20 +53,31 @@ def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std",
                eps: float = 1e-6) -> torch.Tensor:
     """Segment-relative score: (x - mean_seg) / (std_seg + eps) ("std") or x - mean_seg ("mean").
 
-    Rows are (N,), ``idx`` (N,) dense segment ids in [0, S). A singleton segment gives exactly 0.
+    Rows are (N,), ``idx`` (N,) dense segment ids in [0, S). Statistics are accumulated in float64
+    (two-pass std), the result is in x.dtype. A segment of equal values (singletons included) gives
+    exactly 0: the float64 sum of float32 values is exact, so its mean is the value itself (in float32
+    a sum of 0.95**3 eight times, divided by 8, misses it by an ulp, and (x - mean) / (std + 1e-6)
+    then reads ~0.05 instead of 0).
     Example: x [1., 0., 0.], idx [0, 0, 0], norm "mean" -> [0.667, -0.333, -0.333].
     """
     if norm not in ("std", "mean"):
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
-    n = torch.bincount(idx, minlength=S).to(x.dtype)                    # (S,)
-    mean = segment_sum(x, idx, S) / n.clamp(min=1)                       # (S,)
-    centered = x - mean.index_select(0, idx)                             # (N,)
-    centered.masked_fill_((n < 2).index_select(0, idx), 0.0)            # singleton -> exactly 0
-    if norm == "mean":
-        return centered
-    var = segment_sum(centered.square(), idx, S) / (n - ddof).clamp(min=1)
-    den = torch.where(n > ddof, var, 0.0).sqrt() + eps                  # (S,) two-pass std, as segment_std
-    return centered / den.masked_fill(den == 0, 1.0).index_select(0, idx)    # eps=0 and std 0: stays 0
+    x64 = x.to(torch.float64)                                             # (N,)
+    n = torch.bincount(idx, minlength=S).to(torch.float64)               # (S,)
+    mean = segment_sum(x64, idx, S).div_(n)                              # (S,) NaN on empty (unread) ids
+    centered = mean.index_select(0, idx)
+    torch.sub(x64, centered, out=centered)                               # (N,) singleton: exactly 0
+    if norm == "std":
+        work = x64 if x64 is not x else torch.empty_like(x64)            # (N,) scratch: x64 is no longer needed
+        sq = torch.mul(centered, centered, out=work)
+        var = segment_sum(sq, idx, S).div_(n.sub_(ddof).clamp_(min=1))   # (S,) two-pass variance
+        if ddof > 1:
+            var.masked_fill_(n < 1, 0.0)                                  # count <= ddof: std 0, as segment_std
+        den = var.sqrt_().add_(eps)
+        if eps <= 0:
+            den.masked_fill_(den == 0, 1.0)                               # eps=0 and std 0: stays 0
+        centered.div_(torch.index_select(den, 0, idx, out=work))
+    return centered.to(x.dtype)
 
 
 def group_ids(group: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -129,7 +141,7 @@ def turn_ends(turn_id: torch.Tensor, policy_mask: torch.Tensor, H: Optional[int]
 
 def broadcast_turns(a_B: torch.Tensor, turn_mask: torch.Tensor) -> torch.Tensor:
     """Copy a per-rollout scalar to every valid turn -> (B, H). Example: [2.], [[1, 1, 0]] -> [[2, 2, 0]]."""
-    return a_B[:, None] * turn_mask.to(a_B.dtype)                          # (B, H)
+    return a_B[:, None] * mask_to(turn_mask, a_B.dtype)                     # (B, H)
 
 
 def next_valid(x_BH: torch.Tensor, turn_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,7 +283,7 @@ def turn_group_norm(x_BH: torch.Tensor, turn_mask: torch.Tensor, group: torch.Te
     cell = gi[:, None] * H + torch.arange(H, device=x_BH.device)                # (B, H)
     cell = torch.where(turn_mask, cell, torch.full_like(cell, nG * H))          # invalid -> dummy cell
     z = group_norm(x_BH.reshape(-1), cell.reshape(-1), nG * H + 1, norm=norm, ddof=ddof, eps=eps)
-    return z.view(B, H) * turn_mask.to(x_BH.dtype)
+    return z.view(B, H) * mask_to(turn_mask, x_BH.dtype)
 
 
 def last_turn(turn_mask: torch.Tensor) -> torch.Tensor:

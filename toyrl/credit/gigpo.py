@@ -11,82 +11,29 @@ any time index) and scores its discounted return against the others of that anch
     A^S_{i,k} = (R_{i,k} - mean_anchor R) / F,   R_{i,k} = sum_{k' >= k} gamma^{k'-k} r_{i,k'}
 
 F = std + eps ("std") or 1 ("mean"). Anchor cells come from a vectorized hash table over the pairs
-(group, state_key) (no sort, O(N)): each cell is named by one of its rows, and the step statistics
-are segment sums over those names (``group_norm``).
+(group, state_key) (``segments.hash_cells``: no sort, O(N)), and the step statistics are segment
+sums over the cells (``group_norm``), accumulated in float64.
 """
 from __future__ import annotations
 
 import torch
 
 from ..batch import discounted_returns
-from ..segments import dense_index
+from ..segments import anchor_cells, compact, dense_index
 from .base import check, group_norm
 from .registry import register_estimator
 
 __all__ = ["gigpo", "anchor_index", "similarity_keys"]
 
-def _mixers(salt: int) -> tuple[int, int]:
-    """Two odd signed 64-bit multipliers for hashing round ``salt`` (splitmix64 of the salt)."""
-    out = []
-    for k in (1, 2):
-        z = ((2 * salt + k) * 0x9E3779B97F4A7C15) & (2**64 - 1)
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
-        z = (z ^ (z >> 31)) | 1
-        out.append(z - 2**64 if z >= 2**63 else z)
-    return out[0], out[1]
-
-
-def _pair_rep(a: torch.Tensor, b: torch.Tensor, salt: int = 0) -> torch.Tensor:
-    """Representative row of each distinct pair (a_n, b_n) -> (N,) in [0, N): equal pairs, equal rows.
-
-    A vectorized hash table, no sort: every row writes its index into slot h(a, b) of a table with
-    >= N slots (multiply-shift hashing; any writer of a slot may win) and reads the winner back.
-    A row whose winner holds the same pair is done; all rows of a pair share their slot, so a pair
-    is done or retried as a whole: the few losers (pairs sharing a slot) retry with a new salt. O(N).
-    """
-    N = a.numel()
-    bits = max(4, (N - 1).bit_length())                                          # >= N slots
-    c1, c2 = _mixers(salt)
-    h = (a * c2).bitwise_xor_(b).mul_(c1).bitwise_right_shift_(64 - bits).bitwise_and_((1 << bits) - 1)  # (N,) slot
-    slot = torch.empty(1 << bits, dtype=torch.long, device=a.device)
-    slot.scatter_(0, h, torch.arange(N, device=a.device))
-    rep = slot.index_select(0, h)                                                 # (N,) the slot's winner
-    lost = (b.index_select(0, rep) != b).logical_or_(a.index_select(0, rep) != a).nonzero().squeeze(1)
-    if lost.numel():
-        if salt >= 64:
-            raise RuntimeError("anchor hashing did not converge")  # pragma: no cover  (p ~ 0)
-        rep[lost] = lost.index_select(0, _pair_rep(a.index_select(0, lost), b.index_select(0, lost), salt + 1))
-    return rep
-
-
-def _anchor_index(gi: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Dense anchor cell of every turn -> ((N,) long, S); the invalid turns, if any, form the last cell S - 1.
-
-    Cells are first named by a representative row (``_pair_rep``), then numbered in row order
-    (a used-flag per row id and its cumsum: no sort).
-    """
-    B, H = state_key.shape
-    N = B * H
-    rep = _pair_rep(gi.repeat_interleave(H), state_key.reshape(-1).long())       # (N,) representative row
-    rep.masked_fill_(~turn_mask.reshape(-1), N)                                   # invalid turns: row id N
-    used = torch.zeros(N + 1, dtype=torch.bool, device=rep.device).index_fill_(0, rep, True)
-    rank = used.cumsum(0)                                                         # (N + 1,) dense id + 1
-    return rank.index_select(0, rep).sub_(1), int(rank[-1])
-
-
 def anchor_index(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Dense anchor id of every turn over (group, state_key) cells -> ((B, H) long, S); invalid turns get S.
 
     Equal keys in different groups never share an anchor. Any int64 keys (e.g. 63-bit hashes), via
-    the vectorized hash table ``_pair_rep`` (O(N), no sort).
-    Example: group [0, 1], keys [[5, 7], [5, 5]], all valid -> [[0, 1], [2, 2]], S=3.
+    the hash table ``segments.anchor_cells`` (O(N), no sort).
+    Example: group [0, 1], keys [[5, 7], [5, 5]], all valid -> [[0, 1], [2, 2]], S=3 (up to renaming).
     """
-    B, H = state_key.shape
-    if not bool(turn_mask.any()):
-        return torch.zeros((B, H), dtype=torch.long, device=state_key.device), 0
-    idx, S = _anchor_index(dense_index(group)[0], state_key, turn_mask)
-    return idx.view(B, H), S - int(bool((~turn_mask).any()))   # the invalid cell S - 1 is reported as S
+    cell, S = compact(*anchor_cells(group, state_key, turn_mask))                 # invalid turns: S - 1
+    return cell.view(state_key.shape), S - int(bool((~turn_mask).any()))
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
@@ -112,19 +59,19 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
     if episode not in ("trajectory", "step"):
         raise ValueError(f"episode must be 'trajectory' or 'step', got {episode!r}")
     B, H = turn_reward.shape
-    m = turn_mask.to(turn_reward.dtype)
-    R = (turn_reward * m).sum(1)                                                  # (B,)
+    m = turn_mask.view(torch.uint8)                                              # (B, H) 1 on valid turns
+    Rk = discounted_returns(turn_reward, turn_mask, gamma)                        # (B, H) return-to-go
+    R = (turn_reward * m).sum(1, dtype=torch.float64)                             # (B,) episode return
     gi, nG = dense_index(group)
     if episode == "trajectory":
         A_E = group_norm(R, gi, nG, norm=norm, ddof=ddof, eps=eps)[:, None]       # (B, 1)
     else:
-        seg = torch.where(turn_mask, gi[:, None], torch.full_like(turn_mask, nG, dtype=torch.long))
-        A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.reshape(-1), nG + 1,
+        seg = torch.where(turn_mask, gi[:, None], nG)                             # (B, H) invalid: cell nG
+        A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.view(-1), nG + 1,
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
-    Rk = discounted_returns(turn_reward, turn_mask, gamma)                        # (B, H)
-    aid, S = _anchor_index(gi, state_key, turn_mask)                              # (N,) anchor cell, invalid: S - 1
-    A_S = group_norm(Rk.reshape(-1), aid, S, norm=norm, ddof=ddof, eps=eps).view(B, H)
-    return A_S.mul_(omega).add_(A_E).mul_(m)                                      # (A_E + omega * A_S) * m
+    cell, S = anchor_cells(gi, state_key, turn_mask, n_groups=nG)                 # (N,) invalid turns: S - 1
+    A_S = group_norm(Rk.view(-1), cell, S, norm=norm, ddof=ddof, eps=eps).view(B, H)
+    return A_S.mul_(omega).add_(A_E.to(A_S.dtype)).mul_(m)                        # (A_E + omega * A_S) * m
 
 
 def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,

@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from ..segments import segment_count, segment_max, segment_std, segment_sum
+from ..batch import mask_to
 from .base import broadcast_turns, check, discounted_cumsum, group_ids, group_norm, masked_whiten, place_at_turn_end
 from .registry import need, register_estimator
 
@@ -63,9 +64,8 @@ def rloo(R: torch.Tensor, group: torch.Tensor, *, scale_by_std: bool = False) ->
     """
     _check_outcome(R, group)
     idx, S = group_ids(group)
-    G = segment_count(idx, S, R.dtype)[idx]                               # (B,)
-    total = segment_sum(R, idx, S)[idx]                                   # (B,)
-    adv = torch.where(G > 1, R - (total - R) / (G - 1).clamp(min=1), torch.zeros_like(R))
+    n = segment_count(idx, S, R.dtype)                                    # (S,)
+    adv = group_norm(R, idx, S, norm="mean").mul_((n / (n - 1).clamp(min=1)).index_select(0, idx))   # G/(G-1) (R - mean)
     if scale_by_std:
         adv = adv / segment_std(R, idx, S, ddof=0)[idx].clamp(min=1e-7)
     return adv
@@ -123,8 +123,9 @@ def remax(turn_reward: torch.Tensor, turn_mask: torch.Tensor, baseline_reward: t
     dims = check("turn_reward", turn_reward, "BH", {}, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
     check("baseline_reward", baseline_reward, "B", dims)
-    r = (turn_reward * turn_mask).flip(1).cumsum(1).flip(1)               # (B, H) undiscounted to-go
-    return (r - baseline_reward[:, None].to(r.dtype)) * turn_mask
+    m = mask_to(turn_mask, turn_reward.dtype)
+    r = (turn_reward * m).flip(1).cumsum(1).flip(1)                       # (B, H) undiscounted to-go
+    return r.sub_(baseline_reward[:, None].to(r.dtype)).mul_(m)
 
 
 def opo(R: torch.Tensor, group: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
@@ -139,11 +140,11 @@ def opo(R: torch.Tensor, group: torch.Tensor, length: torch.Tensor) -> torch.Ten
     check("length", length, "B", {"B": R.shape[0]})
     idx, S = group_ids(group)
     L = length.to(R.dtype)
+    n = segment_count(idx, S, R.dtype)                                     # (S,)
     Lsum = segment_sum(L, idx, S)                                          # (S,)
-    n = segment_count(idx, S, R.dtype)
     base = torch.where(Lsum > 0, segment_sum(L * R, idx, S) / Lsum.clamp(min=1e-12),
                        segment_sum(R, idx, S) / n.clamp(min=1))            # (S,)
-    return torch.where(n[idx] > 1, R - base[idx], torch.zeros_like(R))
+    return (R - base.index_select(0, idx)).mul_((n > 1).to(R.dtype).index_select(0, idx))
 
 
 def gpg(R: torch.Tensor, group: torch.Tensor, *, f_norm: float = 1.0) -> torch.Tensor:
@@ -169,14 +170,13 @@ def grpo_passk(R: torch.Tensor, group: torch.Tensor, *, norm: bool = True, ddof:
     """
     _check_outcome(R, group)
     idx, S = group_ids(group)
-    top = segment_max(R, idx, S)                                           # (S,)
-    is_top = R == top[idx]                                                 # (B,)
-    n_top = segment_sum(is_top.to(R.dtype), idx, S)[idx]
-    rest = torch.where(is_top, torch.full_like(R, float("-inf")), R)
-    second = torch.where(n_top > 1, top[idx], segment_max(rest, idx, S)[idx])   # (B,)
-    win = is_top & (n_top == 1) & (segment_count(idx, S, R.dtype)[idx] > 1)
-    gap = torch.where(win, top[idx] - second, torch.zeros_like(R))
-    return gap / (segment_std(R, idx, S, ddof=ddof)[idx] + eps) if norm else gap
+    z = group_norm(R, idx, S, ddof=ddof, eps=eps) if norm else R          # (B,) z-scores keep the order
+    top = segment_max(z, idx, S)                                           # (S,) best score
+    is_top = z == top.index_select(0, idx)                                 # (B,)
+    n_top = segment_sum(is_top.to(z.dtype), idx, S)                        # (S,) ties at the top
+    second = segment_max(z.masked_fill(is_top, float("-inf")), idx, S)     # (S,) best of the rest
+    gap = torch.where((n_top == 1) & (second > float("-inf")), top - second, 0.0)   # 0: a tie or a singleton
+    return gap.index_select(0, idx).mul_(is_top)                          # (R_max - R_2nd) / (std + eps) = z_max - z_2nd
 
 
 # ---- registry wrappers: pull fields from the TurnBatch --------------------------------------------
