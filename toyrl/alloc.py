@@ -8,7 +8,7 @@ half the time of ``gigpo`` on a 131k-turn batch. PyTorch's CPU tuning guide reco
 allocator (jemalloc, tcmalloc) for this; on glibc one ``mallopt`` call has the same effect here:
 
     from toyrl.alloc import keep_freed_memory
-    keep_freed_memory()          # True on glibc; the process keeps up to 64 MiB of freed heap
+    keep_freed_memory()          # True on glibc; the process keeps 64 MiB of freed heap mapped
 
 ``toyrl bench credit`` applies it (``--malloc default`` measures without). Nothing else in toyrl
 changes the allocator: importing toyrl never touches process-wide settings.
@@ -20,13 +20,16 @@ import ctypes.util
 
 __all__ = ["keep_freed_memory"]
 
-M_TOP_PAD = -2          # glibc's mallopt parameter: bytes of slack kept when the heap is trimmed
+M_TOP_PAD = -2          # glibc mallopt parameters: bytes of slack kept when the heap is trimmed,
+M_MMAP_THRESHOLD = -3   # and the size from which a request gets its own mapping (freed: unmapped at once)
 
 
 def keep_freed_memory(mib: int = 64) -> bool:
-    """Ask glibc to keep ``mib`` MiB of freed heap mapped (``mallopt(M_TOP_PAD)``) -> whether it took.
+    """Ask glibc to keep ``mib`` MiB of freed heap mapped -> whether it took (False: not glibc, nothing changed).
 
-    Returns False (and changes nothing) where the C library is not glibc, e.g. macOS or musl.
+    Two ``mallopt`` calls: ``M_TOP_PAD`` (trimming keeps ``mib`` MiB) and ``M_MMAP_THRESHOLD`` = 32 MiB,
+    glibc's own ceiling for it (setting the pad freezes the threshold at 128 KiB otherwise, and every
+    larger buffer, e.g. a 1M-token float64 tensor, would be mapped and faulted in afresh).
     """
     if mib < 0:
         raise ValueError(f"mib must be >= 0, got {mib}")
@@ -37,4 +40,4 @@ def keep_freed_memory(mib: int = 64) -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt(M_TOP_PAD, mib << 20) == 1
+    return mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 and mallopt(M_TOP_PAD, mib << 20) == 1

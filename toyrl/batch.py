@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from .segments import dense_index, pair_index
+from .segments import anchor_index, dense_index
 
 __all__ = ["TurnBatch", "turn_to_token", "token_to_turn", "discounted_returns", "mask_to"]
 
@@ -184,14 +184,10 @@ class TurnBatch:
     def anchor_index(self) -> tuple[torch.Tensor, int]:
         """Dense anchor-state index (B, H) over (group, state_key) cells of valid turns; -1 on invalid turns.
 
-        Equal state keys in different groups never share an anchor.
+        Equal state keys in different groups never share an anchor (``segments.anchor_index``).
         """
-        g = self.group[:, None].expand(-1, self.H)[self.turn_mask]      # (V,) valid turns
-        k = self.state_key[self.turn_mask]                                 # (V,)
-        idx_v, S = pair_index(g, k)
-        idx = torch.full_like(self.state_key, -1)                          # (B, H)
-        idx[self.turn_mask] = idx_v
-        return idx, S
+        idx, S = anchor_index(self.group, self.state_key, self.turn_mask)
+        return idx.masked_fill_(~self.turn_mask, -1), S
 
     # ---- utilities ---------------------------------------------------------------------------
     def to(self, device) -> "TurnBatch":

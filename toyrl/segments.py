@@ -19,7 +19,7 @@ import torch
 
 __all__ = [
     "dense_index", "segment_sum", "segment_count", "segment_mean", "segment_std",
-    "segment_max", "segment_min", "pair_index", "hash_cells", "anchor_cells", "compact",
+    "segment_max", "segment_min", "pair_index", "hash_cells", "anchor_cells", "anchor_index", "compact",
 ]
 
 
@@ -141,6 +141,16 @@ def anchor_cells(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.
     else:
         cell, size = hash_cells(gi, key, nG)
     return torch.where(turn_mask.reshape(-1), cell, cell.new_tensor(size), out=cell), size + 1
+
+
+def anchor_index(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Dense anchor id of every turn over (group, state_key) cells -> ((B, H) long, S); invalid turns get S.
+
+    ``anchor_cells`` renumbered densely. Equal keys in different groups never share an anchor.
+    Example: group [0, 1], keys [[5, 7], [5, 5]], all valid -> [[0, 1], [2, 2]], S=3 (up to renaming).
+    """
+    cell, S = compact(*anchor_cells(group, state_key, turn_mask))                 # invalid turns: S - 1
+    return cell.view(state_key.shape), S - int(bool((~turn_mask).any()))
 
 
 def segment_sum(x: torch.Tensor, idx: torch.Tensor, S: int) -> torch.Tensor:

@@ -19,21 +19,11 @@ from __future__ import annotations
 import torch
 
 from ..batch import discounted_returns
-from ..segments import anchor_cells, compact, dense_index
+from ..segments import anchor_cells, anchor_index, dense_index
 from .base import check, group_norm
 from .registry import register_estimator
 
 __all__ = ["gigpo", "anchor_index", "similarity_keys"]
-
-def anchor_index(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Dense anchor id of every turn over (group, state_key) cells -> ((B, H) long, S); invalid turns get S.
-
-    Equal keys in different groups never share an anchor. Any int64 keys (e.g. 63-bit hashes), via
-    the hash table ``segments.anchor_cells`` (O(N), no sort).
-    Example: group [0, 1], keys [[5, 7], [5, 5]], all valid -> [[0, 1], [2, 2]], S=3 (up to renaming).
-    """
-    cell, S = compact(*anchor_cells(group, state_key, turn_mask))                 # invalid turns: S - 1
-    return cell.view(state_key.shape), S - int(bool((~turn_mask).any()))
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
