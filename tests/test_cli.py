@@ -32,7 +32,7 @@ def test_bench_envs_quick(capsys):
 
 
 def test_bench_credit_quick_prints_every_row():
-    out = run("bench", "credit", "--quick", "--reps", "1", "--only", "gigpo", "gigpo:dense", "grpo", "gae")
+    out = run("bench", "credit", "--quick", "--reps", "1", "--rounds", "1", "--only", "gigpo", "gigpo:dense", "grpo", "gae")
     assert out.returncode == 0, out.stderr
     assert "torch threads 1" in out.stdout and "malloc" in out.stdout
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}

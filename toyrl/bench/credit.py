@@ -171,7 +171,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="smaller sizes (B=1024, H=8)")
     p.add_argument("--device", default="cpu", help="torch device for the vectorized estimators")
     p.add_argument("--reps", type=int, default=10, help="timed repetitions of each vectorized call per round")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--rounds", type=int, default=5,
                    help="passes over all estimators; the best time of each over all rounds is kept")
     p.add_argument("--only", nargs="*", default=None,
                    help="estimator names to run (default: all registered, plus gigpo:dense)")
