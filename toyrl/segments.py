@@ -2,14 +2,14 @@
 
 A *segment* is a set of rows that share an id: the rollouts of one prompt (GRPO), the turns taken
 from one anchor state (GiGPO), the leaves of one tree (Tree-GRPO). Every group statistic in toyrl is
-computed here with ``index_add_`` / ``scatter_reduce`` on dense segment indices, never with a
-Python loop over samples or groups.
+computed here with ``scatter_add_`` / ``scatter_reduce`` on segment indices, never with a Python
+loop over samples or groups.
 
 Dimension legend: N rows (flattened samples), S segments.
 
     idx, S = dense_index(ids)              # ids of any int values -> idx in [0, S)
     mean = segment_mean(x, idx, S)[idx]    # (N,) each row's segment mean
-    cell, S = anchor_cells(group, state_key, turn_mask)   # (group, key) cells by hashing: O(N), no sort
+    cell, S = anchor_cells(group, state_key, turn_mask)   # (group, key) cells: O(N), no sort
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def dense_index(ids: torch.Tensor) -> tuple[torch.Tensor, int]:
 
     Example: ids [7, 3, 7] -> (idx [1, 0, 1], S=2).
 
-    Small non-negative ids (max < 4 * N) take a fast path through a lookup table (no sort);
-    anything else goes through ``torch.unique``.
+    Small non-negative ids (max < 4 * N) take a fast path through a used-flag table (``compact``,
+    no sort), and ids that are already dense come back as they are (the same tensor: do not modify
+    it in place); anything else goes through ``torch.unique``.
     """
     if ids.dim() != 1:
         raise ValueError(f"ids must be 1-D (N,), got shape {tuple(ids.shape)}")
@@ -110,7 +111,8 @@ def hash_cells(group: torch.Tensor, key: torch.Tensor, n_groups: int, *, load: f
 def compact(ids: torch.Tensor, size: int) -> tuple[torch.Tensor, int]:
     """Renumber sparse ids (N,) in [0, size) densely, keeping their order -> (idx in [0, S), S). No sort.
 
-    Example: ids [9, 2, 9], size 10 -> (idx [1, 0, 1], S=2).
+    Ids that use every value of [0, size) come back as they are. Example: ids [9, 2, 9], size 10 ->
+    (idx [1, 0, 1], S=2).
     """
     used = torch.zeros(size, dtype=torch.long, device=ids.device).index_fill_(0, ids, 1)
     S = int(used.sum())

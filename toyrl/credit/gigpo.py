@@ -10,9 +10,10 @@ any time index) and scores its discounted return against the others of that anch
     A^E_i     = (R_i - mean_g R) / F,            R_i = sum_k r_{i,k}
     A^S_{i,k} = (R_{i,k} - mean_anchor R) / F,   R_{i,k} = sum_{k' >= k} gamma^{k'-k} r_{i,k'}
 
-F = std + eps ("std") or 1 ("mean"). Anchor cells come from a vectorized hash table over the pairs
-(group, state_key) (``segments.hash_cells``: no sort, O(N)), and the step statistics are segment
-sums over the cells (``group_norm``), accumulated in float64.
+F = std + eps ("std") or 1 ("mean"). Anchor cells of the pairs (group, state_key) come from
+``segments.anchor_cells`` (small dense state ids directly, any other int64 keys through a vectorized
+hash table; no sort, O(N)), and the step statistics are segment sums over the cells (``group_norm``),
+accumulated in float64, so an anchor whose returns are all equal gets exactly 0.
 """
 from __future__ import annotations
 
