@@ -130,3 +130,12 @@ def test_groups_of_equal_float32_returns_get_exactly_zero(v, n, ddof):
     for A in (grpo(R, group, ddof=ddof), rloo(R, group), rloo(R, group, scale_by_std=True), dr_grpo(R, group),
               grpo_passk(R, group)):
         assert A.dtype == torch.float32 and torch.equal(A, torch.zeros(n)), A
+
+
+def test_group_norm_ddof_above_one_gives_zero_std_on_small_groups():
+    from toyrl.credit.base import group_norm
+    x = torch.tensor([1.0, 3.0, 0.0, 2.0, 4.0])
+    idx = torch.tensor([0, 0, 1, 1, 1])
+    z = group_norm(x, idx, 2, ddof=2, eps=1.0)
+    assert z[:2].tolist() == [-1.0, 1.0]                        # count 2 <= ddof: std 0, den = eps
+    torch.testing.assert_close(z[2:], torch.tensor([-2.0, 0.0, 2.0]) / (8 ** 0.5 + 1.0))

@@ -70,9 +70,10 @@ def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std",
     if norm == "std":
         work = x64 if x64 is not x else torch.empty_like(x64)            # (N,) scratch: x64 is no longer needed
         sq = torch.mul(centered, centered, out=work)
+        few = n <= ddof if ddof > 1 else None                             # (count <= 1: sq is 0 already)
         var = segment_sum(sq, idx, S).div_(n.sub_(ddof).clamp_(min=1))   # (S,) two-pass variance
-        if ddof > 1:
-            var.masked_fill_(n < 1, 0.0)                                  # count <= ddof: std 0, as segment_std
+        if few is not None:
+            var.masked_fill_(few, 0.0)                                    # count <= ddof: std 0, as segment_std
         den = var.sqrt_().add_(eps)
         if eps <= 0:
             den.masked_fill_(den == 0, 1.0)                               # eps=0 and std 0: stays 0
