@@ -26,7 +26,7 @@ import torch
 from ..credit.outcome import dr_grpo, grpo, rloo
 from ..objectives import agg_weights
 from ..train import TrainConfig
-from .prototype import RUNS_DIR, arms_figure, compare, final_mean, save_sweep
+from .prototype import RUNS_DIR, arms_figure, final_mean, sweep_to
 
 __all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "grid_config",
            "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "precompute", "KEYS"]
@@ -143,9 +143,8 @@ def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30, which=("length", 
     paths = []
     for name, arms in (("length", length_arms), ("loop", loop_arms)):
         if name in which:
-            sweep = compare(arms(steps), seeds, keys=KEYS, verbose=True)
-            meta = {"seeds": list(seeds), "steps": steps, "command": f"python -m toyrl.viz.aggregation {name}"}
-            paths.append(save_sweep(out_dir / f"{name}.json", sweep, meta))
+            paths.append(sweep_to(out_dir / f"{name}.json", arms(steps), seeds, steps, KEYS,
+                                  f"python -m toyrl.viz.aggregation {name}"))
     return paths
 
 

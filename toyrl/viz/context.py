@@ -24,7 +24,7 @@ import torch
 
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, arms_figure, compare, save_sweep
+from .prototype import RUNS_DIR, arms_figure, sweep_to
 
 __all__ = ["grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "context_arms",
            "plot_context_panel", "precompute", "KEYS"]
@@ -110,9 +110,8 @@ def plot_context_panel(sweep: dict, key: str = "success_rate", arms=None, smooth
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:
     """Write data/runs/context/mismatch.json: the four arms of ``context_arms`` on ``seeds``."""
-    sweep = compare(context_arms(steps), seeds, keys=KEYS, verbose=True)
-    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.context"}
-    return save_sweep(Path(out_dir or RUNS_DIR / "context") / "mismatch.json", sweep, meta)
+    return sweep_to(Path(out_dir or RUNS_DIR / "context") / "mismatch.json", context_arms(steps), seeds, steps, KEYS,
+                    "python -m toyrl.viz.context")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from ..credit.critics import DoubleCritic, TurnCritic, archer, archer_losses, so
 from ..demos import expert_actions, process_scores
 from ..envs import make_core
 from ..train import TrainConfig
-from .prototype import RUNS_DIR, arms_figure, compare, save_sweep
+from .prototype import RUNS_DIR, arms_figure, sweep_to
 
 __all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "critic_arms",
            "plot_critic_panel", "precompute", "KEYS"]
@@ -170,9 +170,8 @@ def plot_critic_panel(sweep: dict, key: str = "success_rate", smooth_w: int = 5)
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:
     """Write data/runs/critics/curves.json: GRPO vs Turn-PPO on ``seeds``."""
-    sweep = compare(critic_arms(steps), seeds, keys=KEYS, verbose=True)
-    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.critics"}
-    return save_sweep(Path(out_dir or RUNS_DIR / "critics") / "curves.json", sweep, meta)
+    return sweep_to(Path(out_dir or RUNS_DIR / "critics") / "curves.json", critic_arms(steps), seeds, steps, KEYS,
+                    "python -m toyrl.viz.critics")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from ..port.verl_credit import batch_from_verl
 from ..port.verl_loader import load_core_algos
 from ..train import TrainConfig, train
 
-__all__ = ["RUNS_DIR", "compare", "save_sweep", "load_sweep", "curve_stats", "final_mean", "smooth",
+__all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "load_sweep", "curve_stats", "final_mean", "smooth",
            "verl_estimator", "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute",
            "toy_verl_inputs", "plot_compare"]
 
@@ -69,6 +69,13 @@ def save_sweep(path, sweep: dict, meta: Optional[dict] = None) -> Path:
                                          for a, cols in sweep.items()}}
     path.write_text(json.dumps(data, separators=(",", ":")))
     return path
+
+
+def sweep_to(path, arms: dict, seeds, steps: int, keys, command: str) -> Path:
+    """Train ``arms`` on ``seeds`` (``compare``) and write the sweep to ``path`` with its seeds, steps and
+    the ``command`` that makes it again; returns the path. Every notebook's ``precompute`` is one call."""
+    sweep = compare(arms, seeds, keys=keys, verbose=True)
+    return save_sweep(path, sweep, {"seeds": list(seeds), "steps": steps, "command": command})
 
 
 def load_sweep(path) -> tuple[dict, dict]:
@@ -240,10 +247,8 @@ def prototype_arms(steps: int = 30) -> dict:
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
     """Write data/runs/prototype/compare.json (the notebook's multi-seed comparison)."""
-    arms = prototype_arms(steps)
-    sweep = compare(arms, seeds, keys=("reward_mean", "success_rate", "turns_per_episode"), verbose=True)
-    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.prototype"}
-    return save_sweep(Path(out_dir or RUNS_DIR / "prototype") / "compare.json", sweep, meta)
+    return sweep_to(Path(out_dir or RUNS_DIR / "prototype") / "compare.json", prototype_arms(steps), seeds, steps,
+                    ("reward_mean", "success_rate", "turns_per_episode"), "python -m toyrl.viz.prototype")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, compare, plot_band, save_sweep
+from .prototype import RUNS_DIR, plot_band, sweep_to
 
 __all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "draw_tree", "sample_tree",
            "plot_tree_panel", "precompute", "KEYS"]
@@ -160,9 +160,8 @@ def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w:
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
     """Write data/runs/trees/curves.json: the five arms of ``tree_arms`` on ``seeds``."""
-    sweep = compare(tree_arms(steps), seeds, keys=KEYS, verbose=True)
-    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.trees"}
-    return save_sweep(Path(out_dir or RUNS_DIR / "trees") / "curves.json", sweep, meta)
+    return sweep_to(Path(out_dir or RUNS_DIR / "trees") / "curves.json", tree_arms(steps), seeds, steps, KEYS,
+                    "python -m toyrl.viz.trees")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from ..diagnostics import grad_norm_per_turn
 from ..objectives import loss_mask, policy_loss
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, compare, plot_band, save_sweep
+from .prototype import RUNS_DIR, plot_band, sweep_to
 
 __all__ = ["base_config", "void_arms", "void_gradients", "void_rate_by_turn", "plot_void_gradients",
            "plot_void_panel", "precompute", "KEYS"]
@@ -147,9 +147,8 @@ def plot_void_panel(sweep: dict, arms=None, key: str = "void_turn_rate", smooth_
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
     """Write data/runs/void/filter.json: the three arms of ``void_arms`` on ``seeds``."""
-    sweep = compare(void_arms(steps), seeds, keys=KEYS, verbose=True)
-    meta = {"seeds": list(seeds), "steps": steps, "command": "python -m toyrl.viz.void"}
-    return save_sweep(Path(out_dir or RUNS_DIR / "void") / "filter.json", sweep, meta)
+    return sweep_to(Path(out_dir or RUNS_DIR / "void") / "filter.json", void_arms(steps), seeds, steps, KEYS,
+                    "python -m toyrl.viz.void")
 
 
 if __name__ == "__main__":
