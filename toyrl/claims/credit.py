@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import Claim, Test, auc, early, final, peak_drop, tokens_per_episode
+from .spec import Claim, Test, final, success_metrics, tokens_per_episode
 
 __all__ = ["CREDIT_CLAIMS"]
 
@@ -14,8 +14,7 @@ RANDOM_LAKES = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, pr
 
 def _outcome(s: dict) -> dict:
     tpe = tokens_per_episode(s)
-    return {"final_success": final(s["success_rate"]), "auc_success": auc(s["success_rate"]),
-            "early_success": early(s["success_rate"]), "peak_drop": peak_drop(s["success_rate"]),
+    return {**success_metrics(s),
             "final_turns": final(s["turns_per_episode"]), "final_tokens_per_episode": final(tpe),
             "tokens_per_step": float(np.nanmean(s["tokens_generated"]))}
 

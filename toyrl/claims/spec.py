@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-__all__ = ["Test", "Claim", "run_job", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc",
+__all__ = ["Test", "Claim", "run_job", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc", "success_metrics",
            "peak_drop", "collapse_times", "log10_grad", "tokens_per_episode"]
 
 SERIES_KEYS = ("reward_mean", "reward_std", "success_rate", "grad_norm", "turns_per_episode", "tokens_generated",
@@ -162,6 +162,12 @@ def peak_drop(x, w: int = 5) -> float:
     """Peak of the smoothed series minus its final level (>= 0 up to noise): how far a run fell."""
     s = smooth(x, w)
     return float(s.max() - final(x))
+
+
+def success_metrics(s: dict) -> dict:
+    """The success curve of a run summarized four ways: final, AUC, early level and peak-to-final drop."""
+    x = s["success_rate"]
+    return {"final_success": final(x), "auc_success": auc(x), "early_success": early(x), "peak_drop": peak_drop(x)}
 
 
 def collapse_times(mean, std, *, w: int = 5, frac: float = 0.5, min_peak: float = 0.2):

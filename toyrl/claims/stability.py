@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import Claim, Test, auc, collapse_times, early, final, log10_grad, peak_drop
+from .spec import Claim, Test, auc, collapse_times, early, final, log10_grad, peak_drop, success_metrics
 
 __all__ = ["STABILITY_CLAIMS"]
 
@@ -57,8 +57,7 @@ starpo_s = Claim(
 
 
 def _outcome_metrics(s: dict) -> dict:
-    return {"final_success": final(s["success_rate"]), "auc_success": auc(s["success_rate"]),
-            "early_success": early(s["success_rate"]), "peak_drop": peak_drop(s["success_rate"]),
+    return {**success_metrics(s),
             "log10_grad_norm": log10_grad(s["grad_norm"]),
             "max_grad_norm": float(np.nanmax(np.asarray(s["grad_norm"], float))),
             "void_turn_rate": final(s["void_turn_rate"])}
