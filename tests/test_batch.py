@@ -52,6 +52,16 @@ def test_policy_token_on_padding_rejected():
         tiny(policy_mask=pm)
 
 
+def test_turn_ids_must_not_decrease_outside_padding():
+    with pytest.raises(ValueError, match="non-decreasing"):
+        tiny(turn_id=torch.tensor([[0, 1, 1, 0, 1], [0, 0, 0, -1, -1]]))
+    with pytest.raises(ValueError, match="non-decreasing"):            # a drop across padding still counts
+        tiny(turn_id=torch.tensor([[0, 0, 1, -1, 0], [0, 0, 0, -1, -1]]), policy_mask=torch.zeros(2, 5, dtype=torch.bool))
+    pm = torch.tensor([[0, 1, 0, 1, 0], [0, 1, 0, 0, 0]], dtype=torch.bool)
+    b = tiny(turn_id=torch.tensor([[-1, 0, 0, 1, -1], [0, 0, -1, 1, 1]]), policy_mask=pm)   # padding anywhere
+    assert b.T == 5
+
+
 def test_turn_token_helpers():
     b = tiny()
     x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])

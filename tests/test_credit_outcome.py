@@ -1,10 +1,14 @@
 """Outcome-level estimators: hand cases, loop references, properties, edge cases."""
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from toyrl.credit import dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo
+from toyrl import TurnBatch
+from toyrl.credit import (ESTIMATORS, dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline,
+                         reinforce_pp_turns, remax, rloo)
+from toyrl.credit.base import masked_whiten, place_at_turn_end
 from toyrl.credit.outcome import token_returns
 
 ONE = torch.tensor([0, 0, 0])
@@ -139,3 +143,59 @@ def test_group_norm_ddof_above_one_gives_zero_std_on_small_groups():
     z = group_norm(x, idx, 2, ddof=2, eps=1.0)
     assert z[:2].tolist() == [-1.0, 1.0]                        # count 2 <= ddof: std 0, den = eps
     torch.testing.assert_close(z[2:], torch.tensor([-2.0, 0.0, 2.0]) / (8 ** 0.5 + 1.0))
+
+
+def test_reinforce_pp_turns_hand_case_and_dropped_reward():
+    pm = torch.tensor([[True, False, True]])
+    close(reinforce_pp_turns(torch.tensor([[1.0, 0.0]]), torch.tensor([[0, 0, 1]]), pm), [[0.707, 0.0, -0.707]])
+    # turn 1 has no policy token: its reward 5 is dropped (it has no token to sit on), as place_at_turn_end
+    r, tid, pm = torch.tensor([[1.0, 5.0, 0.0]]), torch.tensor([[0, 1, 2, 2]]), torch.tensor([[True, False, True, False]])
+    G = reinforce_pp_turns(r, tid, pm, eps=0.0) * (0.5 ** 0.5) + 0.5        # undo the whitening of {1, 0}
+    close(G, [[1.0, 0.5, 0.0, 0.5]])                                          # (off-mask tokens read 0 before the undo)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), B=st.integers(1, 9), H=st.integers(1, 5), drop=st.floats(0.0, 0.5),
+       dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_reinforce_pp_turn_path_equals_the_token_scan(seed, B, H, drop, dtype):
+    """gamma = 1, no KL: the registry's per-turn path == reinforce_pp over rewards placed at turn ends.
+
+    Random layouts with left / right padding, observation tokens, and valid turns whose policy tokens
+    were all dropped (their reward has no token to sit on)."""
+    g = torch.Generator().manual_seed(seed)
+    n = torch.randint(0, H + 1, (B,), generator=g)
+    lens = torch.randint(1, 5, (B, H), generator=g)                          # tokens per turn
+    left = torch.randint(0, 3, (B,), generator=g)                           # left padding
+    T = int((lens.sum(1) + left).max()) + 2
+    tid = torch.full((B, T), -1, dtype=torch.long)
+    for b in range(B):                                                      # test fixture: a loop is fine here
+        t = int(left[b])
+        for k in range(int(n[b])):
+            tid[b, t:t + int(lens[b, k])] = k
+            t += int(lens[b, k])
+    pm = (torch.rand(B, T, generator=g) > drop) & (tid >= 0)
+    reward = torch.randn(B, H, generator=g, dtype=dtype)
+    b = TurnBatch(tokens=torch.zeros(B, T, dtype=torch.long), policy_mask=pm, turn_id=tid,
+                  old_logp=torch.zeros(B, T, dtype=dtype), turn_mask=torch.arange(H)[None] < n[:, None],
+                  turn_reward=reward, group=torch.zeros(B, dtype=torch.long), state_key=torch.zeros(B, H, dtype=torch.long))
+    ref = reinforce_pp(place_at_turn_end(reward, tid, pm), pm)
+    out = ESTIMATORS["reinforce_pp"](b)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    assert torch.allclose(out, ref, atol=1e-5 if dtype == torch.float32 else 1e-10)
+    assert (out[~pm] == 0).all()
+    assert torch.allclose(ESTIMATORS["reinforce_pp"](b, gamma=0.9),
+                          reinforce_pp(place_at_turn_end(reward, tid, pm), pm, gamma=0.9), atol=1e-5)
+
+
+def test_masked_whiten_inplace_and_autograd():
+    x = torch.tensor([1.0, 2.0, 3.0, 9.0])
+    m = torch.tensor([True, True, True, False])
+    ref = masked_whiten(x.clone(), m)
+    buf = x.clone()
+    assert torch.equal(masked_whiten(buf, m, inplace=True), ref) and buf[3] == 0
+    close(ref, [-1.0, 0.0, 1.0, 0.0])
+    w = x.clone().requires_grad_()
+    masked_whiten(w * 1.0, m, inplace=True)[0].backward()                  # in place on a graph tensor: still differentiable
+    assert torch.isfinite(w.grad).all() and w.grad[3] == 0
+    with pytest.raises(ValueError, match="inplace"):
+        masked_whiten(x.clone(), m, inplace=True, zero_outside=False)

@@ -77,7 +77,7 @@ class TurnBatch:
     """(B, T) bool: True where the policy generated the token; loss and KL apply only here."""
     turn_id: torch.Tensor
     """(B, T) long: turn index of each token in [0, H); observation tokens carry the turn they
-    follow, padding is -1."""
+    follow, padding is -1. Non-decreasing along each row outside padding (checked)."""
     old_logp: torch.Tensor
     """(B, T) float: behaviour log-probs under the context the policy saw at rollout (0 off-policy-mask)."""
     turn_mask: torch.Tensor
@@ -135,6 +135,10 @@ class TurnBatch:
                              f"[{int(self.turn_id.min())}, {int(self.turn_id.max())}]")
         if bool((self.policy_mask & (self.turn_id < 0)).any()):
             raise ValueError("TurnBatch.policy_mask is True on a padding token (turn_id == -1)")
+        late = self.turn_id < self.turn_id.cummax(1).values if T else self.policy_mask   # (B, T) below an earlier id
+        if bool((late & (self.turn_id >= 0)).any()):
+            raise ValueError("TurnBatch.turn_id must be non-decreasing along each row outside padding "
+                             "(tokens in order: prompt, a_1, o_1, a_2, ...; -1 padding anywhere)")
 
     # ---- sizes -------------------------------------------------------------------------------
     @property

@@ -12,7 +12,8 @@ learned models), ``tree`` (Tree-GRPO), ``reverse_turn`` (RTPO), ``progress`` (SP
 (EMPG), ``info_gain`` (A2TGPO). Each docstring gives the equation, arXiv id, defaults and an example.
 """
 from .registry import ESTIMATORS, Estimator, register_estimator, token_advantages
-from .outcome import dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo
+from .outcome import (dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, reinforce_pp_turns,
+                      remax, rloo)
 from .gae import bilevel_gae, gae, gae_scan, turn_gae
 from .gigpo import anchor_index, gigpo, similarity_keys
 from .turn_rewards import mt_grpo
@@ -26,7 +27,8 @@ from .info_gain import a2tgpo, a2tgpo_clip_eps, a2tgpo_z
 
 __all__ = [
     "ESTIMATORS", "Estimator", "register_estimator", "token_advantages",
-    "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo", "gpg", "grpo_passk",
+    "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_turns", "reinforce_pp_baseline", "remax", "opo", "gpg",
+    "grpo_passk",
     "gae", "gae_scan", "turn_gae", "bilevel_gae", "gigpo", "anchor_index", "similarity_keys", "mt_grpo",
     "TurnCritic", "DoubleCritic", "value_loss", "progress_loss", "sweet_bt_loss", "archer_losses",
     "soft_update", "archer", "sweet", "tree_grpo", "rtpo", "spa", "spa_rewards", "empg", "a2tgpo",

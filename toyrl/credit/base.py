@@ -86,33 +86,40 @@ def group_ids(group: torch.Tensor) -> tuple[torch.Tensor, int]:
     return dense_index(group)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, zero_outside: bool = True) -> torch.Tensor:
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8, zero_outside: bool = True,
+                  inplace: bool = False) -> torch.Tensor:
     """Whiten with masked statistics: (x - mu) * rsqrt(var + eps), var unbiased; 0 outside the mask.
 
     verl's ``masked_whiten`` (which raises for fewer than 2 masked entries, and keeps the whitened
     values outside the mask: ``zero_outside=False``); here a count < 2 uses var 0, so a lone entry
-    maps to 0. Example: x [1., 2., 3.], all masked -> [-1., 0., 1.].
+    maps to 0. ``inplace`` overwrites x (a buffer of your own). Example: x [1., 2., 3.], all masked -> [-1., 0., 1.].
     """
-    m = mask.to(x.dtype)
+    if inplace and not zero_outside:
+        raise ValueError("masked_whiten: inplace=True needs zero_outside=True")
+    m = mask_to(mask, x.dtype)
     n = m.sum()
-    mu = (x * m).sum() / n.clamp(min=1)
-    d = x - mu                                                             # (x - mu)
-    dm = d.mul_(m) if zero_outside else d * m                              # (x - mu) on the mask
-    var = dm.square().sum() / (n - 1).clamp(min=1)
-    return d * torch.rsqrt(var + eps)
+    d = x.mul_(m) if inplace and not x.requires_grad else x * m           # x on the mask, 0 off it
+    mu = d.sum() / n.clamp(min=1)
+    if not zero_outside:                                                   # whitened values off the mask too
+        d = x - mu
+        return d * torch.rsqrt((d * m).square().sum() / (n - 1).clamp(min=1) + eps)
+    d.sub_(mu).mul_(m)                                                     # (x - mu) on the mask
+    rs = torch.rsqrt(d.square().sum() / (n - 1).clamp(min=1) + eps)       # 1 / sqrt(unbiased var + eps)
+    return d * rs if d.requires_grad else d.mul_(rs)                       # autograd keeps d for square()
 
 
 def turn_end_pos(turn_id: torch.Tensor, policy_mask: torch.Tensor, H: int) -> torch.Tensor:
     """Position of the last policy token of each turn -> (B, H) long, -1 for a turn without one.
 
-    One ``scatter_reduce`` (max) over the tokens; any token order. Example: turn_id [[0, 0, 0, 1, 1]],
-    policy_mask [[1, 1, 0, 1, 0]], H=3 -> [[1, 3, -1]].
+    One float ``scatter_reduce`` (max) of position + 1 over the tokens (exact: positions < 2**24);
+    any token order, padding (-1) ignored. Example: turn_id [[0, 0, 0, 1, 1]], policy_mask
+    [[1, 1, 0, 1, 0]], H=3 -> [[1, 3, -1]].
     """
     B, T = turn_id.shape
-    keep = policy_mask.to(torch.bool) & (turn_id >= 0)
-    src = torch.arange(1, T + 1, device=turn_id.device) * keep                       # (B, T) position + 1, or 0
-    last = torch.zeros(B, H, dtype=torch.long, device=turn_id.device)
-    return last.scatter_reduce_(1, turn_id.clamp(min=0), src, reduce="amax") - 1     # (B, H)
+    pos = torch.arange(1, T + 1, dtype=torch.float32 if T < 2**24 else torch.float64, device=turn_id.device)
+    src = pos * mask_to(policy_mask.to(torch.bool), pos.dtype)                        # (B, T) position + 1, or 0
+    last = src.new_zeros(B, H + 1).scatter_reduce_(1, turn_id + 1, src, reduce="amax")  # (B, H + 1) col 0: padding
+    return last[:, 1:].long().sub_(1)                                                 # (B, H)
 
 
 def place_at(x_BH: torch.Tensor, pos: torch.Tensor, T: int) -> torch.Tensor:

@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch
 
+from ..batch import mask_to
 from .base import check, discounted_cumsum_, masked_whiten, next_masked, place_at, place_at_turn_end, turn_end_pos
 from .registry import need, register_estimator
 
@@ -53,9 +54,9 @@ def gae(token_reward: torch.Tensor, values: torch.Tensor, policy_mask: torch.Ten
     check("values", values, "BT", dims, kind="float")
     check("policy_mask", policy_mask, "BT", dims)
     raw = gae_scan(token_reward, values, policy_mask, gamma=gamma, lam=lam)
-    m = policy_mask.to(raw.dtype)
+    m = mask_to(policy_mask, raw.dtype)
     ret = (raw + values).mul_(m)
-    adv = masked_whiten(raw, policy_mask) if whiten else raw * m
+    adv = masked_whiten(raw, m, inplace=True) if whiten else raw * m
     return adv, ret
 
 
@@ -110,9 +111,9 @@ def bilevel_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_id: torch.
     G = place_at(A_turn + V_turn, pos, T)                                                 # (B, T) G_k at turn end
     end = place_at(has, pos, T)                                                           # (B, T) turn ends
     raw = gae_scan(G, values, policy_mask, gamma=gamma_token, lam=lam_token, reset=end)
-    m = policy_mask.to(raw.dtype)
+    m = mask_to(policy_mask, raw.dtype)
     ret = (raw + values).mul_(m)
-    adv = masked_whiten(raw, policy_mask) if whiten else raw * m
+    adv = masked_whiten(raw, m, inplace=True) if whiten else raw * m
     return adv, ret
 
 

@@ -19,8 +19,8 @@ from ..batch import mask_to
 from .base import broadcast_turns, check, discounted_cumsum, group_ids, group_norm, masked_whiten, place_at_turn_end
 from .registry import need, register_estimator
 
-__all__ = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo", "gpg",
-           "grpo_passk", "token_returns"]
+__all__ = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_turns", "reinforce_pp_baseline", "remax", "opo",
+           "gpg", "grpo_passk", "token_returns"]
 
 
 def _check_outcome(R: torch.Tensor, group: torch.Tensor) -> None:
@@ -84,7 +84,7 @@ def reinforce_pp(token_reward: torch.Tensor, policy_mask: torch.Tensor, *, gamma
     """
     dims = check("token_reward", token_reward, "BT", {}, kind="float")
     check("policy_mask", policy_mask, "BT", dims)
-    return masked_whiten(token_returns(token_reward, policy_mask, gamma), policy_mask, eps=eps)
+    return masked_whiten(token_returns(token_reward, policy_mask, gamma), policy_mask, eps=eps, inplace=True)
 
 
 def token_returns(token_reward: torch.Tensor, policy_mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
@@ -95,6 +95,33 @@ def token_returns(token_reward: torch.Tensor, policy_mask: torch.Tensor, gamma: 
     """
     ret = discounted_cumsum(token_reward, policy_mask, gamma)            # (B, T)
     return torch.where(policy_mask.to(torch.bool), ret, 0.0)
+
+
+def reinforce_pp_turns(turn_reward: torch.Tensor, turn_id: torch.Tensor, policy_mask: torch.Tensor, *,
+                       eps: float = 1e-8) -> torch.Tensor:
+    """REINFORCE++ with gamma = 1 and each turn's reward on its last policy token, computed per turn -> (B, T).
+
+        G_t = sum_{k' >= k(t), n_{k'} > 0} r_{k'}          (k(t) the turn of policy token t)
+        A_t = (G_t - mu_batch) / sqrt(var_batch + eps)    over all policy tokens, as ``reinforce_pp``
+
+    With gamma = 1 the return-to-go is the same on every policy token of a turn, so it is a reverse
+    cumsum over the H turns, gathered to the tokens: no scan over T. n_k > 0 says turn k has a policy
+    token (a turn without one drops its reward, as ``place_at_turn_end``). Turn ids must be
+    non-decreasing along each row outside padding (``TurnBatch`` checks this); then the result equals
+    ``reinforce_pp(place_at_turn_end(turn_reward, turn_id, policy_mask), policy_mask)``.
+    Example: r [[1., 0.]], turn_id [[0, 0, 1]], mask [[1, 0, 1]] -> G [[1, 0, 0]] -> A [[0.707, 0., -0.707]].
+    """
+    dims = check("turn_reward", turn_reward, "BH", {}, kind="float")
+    check("turn_id", turn_id, "BT", dims)
+    check("policy_mask", policy_mask, "BT", dims)
+    B, H = turn_reward.shape
+    pm = mask_to(policy_mask.to(torch.bool), turn_reward.dtype)                      # (B, T) 1 on policy tokens
+    col = turn_id + 1                                                                 # (B, T) column 0: padding
+    has = pm.new_zeros(B, H + 1).scatter_reduce_(1, col, pm, reduce="amax")[:, 1:]   # (B, H) turn has a policy token
+    G = pm.new_zeros(B, H + 1)                                                        # (B, H + 1) column 0: padding
+    G[:, 1:] = (turn_reward.to(torch.float64) * has).flip(1).cumsum(1).flip(1)       # return-to-go of the turns
+    ret = G.gather(1, col)                                                            # (B, T) G_t of every token
+    return masked_whiten(ret, pm, eps=eps, inplace=True)
 
 
 def reinforce_pp_baseline(R: torch.Tensor, group: torch.Tensor, policy_mask: torch.Tensor, *,
@@ -109,7 +136,7 @@ def reinforce_pp_baseline(R: torch.Tensor, group: torch.Tensor, policy_mask: tor
     _check_outcome(R, group)
     check("policy_mask", policy_mask, "BT", {"B": R.shape[0]})
     centered = dr_grpo(R, group)                                          # (B,)
-    return masked_whiten(centered[:, None].expand_as(policy_mask).clone(), policy_mask, eps=eps)
+    return masked_whiten(centered[:, None].expand_as(policy_mask), policy_mask, eps=eps)
 
 
 def remax(turn_reward: torch.Tensor, turn_mask: torch.Tensor, baseline_reward: torch.Tensor) -> torch.Tensor:
@@ -205,6 +232,8 @@ def _rloo(batch, *, scale_by_std: bool = False):
 @register_estimator("reinforce_pp", level="token")
 def _reinforce_pp(batch, *, gamma: float = 1.0, kl_coef: float = 0.0):
     """REINFORCE++: token return-to-go (optional k1 KL reward) whitened over the batch."""
+    if gamma == 1.0 and not kl_coef:                                                  # returns constant per turn
+        return reinforce_pp_turns(batch.turn_reward, batch.turn_id, batch.policy_mask)
     r = place_at_turn_end(batch.turn_reward, batch.turn_id, batch.policy_mask)       # (B, T)
     if kl_coef:
         ref = need(batch, "ref_logp", "reinforce_pp", " (needed when kl_coef != 0)")
