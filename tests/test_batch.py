@@ -3,7 +3,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from toyrl.batch import TurnBatch, discounted_returns, token_to_turn, turn_to_token
+from toyrl.batch import TurnBatch, _turns_in_order, discounted_returns, token_to_turn, turn_to_token
 from toyrl.segments import dense_index, pair_index, segment_max, segment_mean, segment_min, segment_std, segment_sum
 
 
@@ -60,6 +60,8 @@ def test_turn_ids_must_not_decrease_outside_padding():
     pm = torch.tensor([[0, 1, 0, 1, 0], [0, 1, 0, 0, 0]], dtype=torch.bool)
     b = tiny(turn_id=torch.tensor([[-1, 0, 0, 1, -1], [0, 0, -1, 1, 1]]), policy_mask=pm)   # padding anywhere
     assert b.T == 5
+    rows = torch.tensor([[0, 1, 2]] * 7 + [[0, 2, 1]])                    # the drop is in the last row block
+    assert not _turns_in_order(rows, chunk=6) and not _turns_in_order(rows) and _turns_in_order(rows[:7], chunk=6)
 
 
 def test_turn_token_helpers():
