@@ -3,10 +3,12 @@
 Dimension legend: B rollouts, T tokens, H turns, G group size.
 
 Every function takes the rollout return R (B,) and the group id (B,) (rollouts of the same task);
-``reinforce_pp`` works on token rewards. A singleton group has no baseline information, so its
-advantage is 0 here (verl instead leaves A = R for GRPO / RLOO / OPO; ``toyrl.port.verl`` matches
-verl). References: GRPO arXiv 2402.03300, Dr. GRPO 2503.20783, RLOO 2402.14740 / LOOP 2502.01600,
-REINFORCE++ 2501.03262, ReMax 2310.10505, OPO 2505.23585, GPG 2504.02546, Pass@k 2503.19595.
+``reinforce_pp`` works on token rewards (``reinforce_pp_turns``: the same at gamma = 1 with turn-end
+rewards, per turn, which the registry uses when it can). A singleton group has no baseline
+information, so its advantage is 0 here (verl instead leaves A = R for GRPO / RLOO / OPO;
+``toyrl.port.verl`` matches verl). References: GRPO arXiv 2402.03300, Dr. GRPO 2503.20783, RLOO
+2402.14740 / LOOP 2502.01600, REINFORCE++ 2501.03262, ReMax 2310.10505, OPO 2505.23585, GPG
+2504.02546, Pass@k 2503.19595.
 """
 from __future__ import annotations
 
@@ -231,7 +233,7 @@ def _rloo(batch, *, scale_by_std: bool = False):
 
 @register_estimator("reinforce_pp", level="token")
 def _reinforce_pp(batch, *, gamma: float = 1.0, kl_coef: float = 0.0):
-    """REINFORCE++: token return-to-go (optional k1 KL reward) whitened over the batch."""
+    """REINFORCE++: token return-to-go (optional k1 KL reward) whitened over the batch (per turn at gamma 1, no KL)."""
     if gamma == 1.0 and not kl_coef:                                                  # returns constant per turn
         return reinforce_pp_turns(batch.turn_reward, batch.turn_id, batch.policy_mask)
     r = place_at_turn_end(batch.turn_reward, batch.turn_id, batch.policy_mask)       # (B, T)
