@@ -32,11 +32,15 @@ class NoCache:
 
 
 def test_codec_parse():
-    codec = ToyCodec(n_think=2, n_actions=3, n_obs=5)          # think 4-5, actions 6-8, EOT 2
-    gen = torch.tensor([[4, 7, 0], [4, 2, 0], [5, 4, 5], [8, 0, 0], [4, 10, 6]])
-    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]], dtype=torch.bool)
-    assert codec.parse(None, None, gen, mask).tolist() == [1, VOID, VOID, 2, VOID]
-    assert codec.allowed().sum() == 2 + 3 + 1 and codec.max_new == 3
+    codec = ToyCodec(n_think=2, n_actions=3, n_obs=5, think_max=2)   # think 5-6, END 4, actions 7-9, obs 10-14, EOT 2
+    gen = torch.tensor([[5, 4, 8, 0], [4, 7, 0, 0], [5, 6, 4, 9], [5, 7, 0, 0], [2, 0, 0, 0],
+                        [5, 5, 5, 4], [4, 10, 7, 0], [4, 4, 7, 0], [7, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0],
+                         [1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    # well-formed: r END a (1), END a (0), r r END a (2); void: no END, EOT, 3 > think_max reasoning
+    # tokens without an action, an observation token, a second END, an action with no END
+    assert codec.parse(None, None, gen, mask).tolist() == [1, 0, 2, VOID, VOID, VOID, VOID, VOID, VOID]
+    assert codec.allowed().sum() == 2 + 3 + 2 and codec.max_new == 4
 
 
 def test_batch_layout_and_old_logp():

@@ -3,7 +3,7 @@
 - Planners: BFS on GridWorld (replanned from the current cell, so it also acts under slip), the
   good arm on BanditChain, the reference solution on MockSearch. ``expert_actions(core)`` gives
   the planner's action for every copy at once.
-- ``ScriptedPolicy`` writes one-token ``[action]`` turns for a chooser of actions, behind the same
+- ``ScriptedPolicy`` writes the codec's canonical turn of each chosen action, behind the same
   ``generate`` interface as a learned policy, so ``rollout`` turns demonstrations into TurnBatches.
 - ``write_demos`` / ``load_demos`` ship JSON-lines transcripts in ``data/demos/`` (task, actions,
   and the text of every turn, for text-level policies too); ``bc_loss`` is the behaviour-cloning NLL.
@@ -99,11 +99,13 @@ class _Gen:
 
 
 class ScriptedPolicy:
-    """A token policy that plays ``choose(core, live_rows) -> actions`` as one-token turns (the action,
-    or EOT for VOID).
+    """A token policy that plays ``choose(core, live_rows) -> actions``: each turn is the codec's
+    canonical reply of the chosen action (``codec.action_ids``: END + action token for the toy
+    codec, the action's text for text codecs; EOT / EOS for VOID).
 
     It follows the rollout's convention that ``generate`` is called for the copies not yet done,
-    in order. Log-probs and entropies are 0 (the behaviour is deterministic).
+    in order, and tells a ``constraint`` (the turn grammar) what it wrote, so its tokens carry their
+    grammar states like sampled ones. Log-probs and entropies are 0 (the behaviour is deterministic).
     """
 
     def __init__(self, core: BatchedCore, codec, choose: Callable = expert_actions, device="cpu"):
@@ -114,20 +116,24 @@ class ScriptedPolicy:
     def device(self) -> torch.device:
         return self._device
 
-    def generate(self, context, context_mask, max_new, temperature=1.0, **kw):
+    def generate(self, context, context_mask, max_new, temperature=1.0, *, constraint=None, **kw):
         live = np.flatnonzero(~self.core.done)
         tokens, mask = self.turn_tokens(np.asarray(self.choose(self.core, live)), live, max_new)   # (n, M)
         zeros = torch.zeros(tokens.shape, device=self.device)
+        if constraint is not None:
+            for t in range(max_new):
+                constraint.advance(tokens[:, t], None, mask[:, t])
         return _Gen(tokens, zeros, zeros.clone(), mask)
 
     def turn_tokens(self, act: np.ndarray, rows: np.ndarray, max_new: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tokens (n, M) and mask of the turns that play ``act``: one action token, or EOT for VOID."""
-        act = torch.as_tensor(act, device=self.device)
-        tokens = torch.full((len(act), max_new), self.codec.PAD, dtype=torch.long, device=self.device)
-        tokens[:, 0] = torch.where(act == VOID, self.codec.EOT, self.codec.act0 + act.clamp(min=0))
-        mask = torch.zeros(len(act), max_new, dtype=torch.bool, device=self.device)
-        mask[:, 0] = True
-        return tokens, mask
+        """The tokens (n, M) and mask of the turns that play ``act`` (right-padded, cut at ``max_new``)."""
+        seqs = [self.codec.action_ids(self.core, int(a), int(i))[:max_new] for a, i in zip(act, rows)]
+        tokens = torch.full((len(seqs), max_new), self.codec.PAD, dtype=torch.long)   # (n, M)
+        mask = torch.zeros(len(seqs), max_new, dtype=torch.bool)
+        for j, s in enumerate(seqs):
+            tokens[j, :len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[j, :len(s)] = True
+        return tokens.to(self.device), mask.to(self.device)
 
 
 def replay_chooser(actions: list[list[int]]) -> Callable:

@@ -150,6 +150,7 @@ class TextCodec:
         self._is_stop = np.zeros(self.size, bool)
         self._is_stop[self._stops.numpy()] = True
         self._enc_cache: dict[str, list[int]] = {}
+        self._obs_ids = sorted({i for i in self.tokenizer.encode(self.template[2]) if texts[i].strip()})
 
     def _encode(self, text: str) -> list[int]:
         ids = self._enc_cache.get(text)
@@ -170,6 +171,18 @@ class TextCodec:
     def allowed(self, device=None) -> None:
         """None: a language model samples from its whole vocabulary."""
         return None
+
+    def grammar(self, constrain: bool = True, tti=None, device=None) -> None:
+        """None: no turn grammar (a language model samples its whole vocabulary; ``constrain`` is moot)."""
+        if tti is not None:
+            raise ValueError("tti (the thinking intervention) needs the toy codec's END token; text policies have none")
+        return None
+
+    def obs_token_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool: tokens that open the environment's turn (the non-blank pieces of the template's
+        ``to_user`` text, e.g. a chat template's user header): a reply holding one writes the env's part."""
+        ids = torch.as_tensor(self._obs_ids, dtype=torch.long, device=tokens.device)
+        return torch.isin(tokens, ids)
 
     def prompt(self, core: BatchedCore, i: int) -> list[int]:
         head, to_asst, _ = self.template
@@ -210,19 +223,8 @@ class TextCodec:
         return self._encode(core.action_text(int(action), int(i)))
 
 
-class TextExpert(ScriptedPolicy):
-    """A scripted policy that writes the canonical text of ``choose(core, live_rows)``'s actions, so
-    ``rollout`` turns expert actions into TurnBatches of text turns (for BC). ``ScriptedPolicy`` with
-    text turns instead of one action token."""
-
-    def turn_tokens(self, act: np.ndarray, rows: np.ndarray, max_new: int) -> tuple[torch.Tensor, torch.Tensor]:
-        seqs = [self.codec.action_ids(self.core, int(a), int(i))[:max_new] for a, i in zip(act, rows)]
-        tokens = torch.full((len(seqs), max_new), self.codec.PAD, dtype=torch.long)   # (n, M)
-        mask = torch.zeros(len(seqs), max_new, dtype=torch.bool)
-        for j, s in enumerate(seqs):
-            tokens[j, :len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[j, :len(s)] = True
-        return tokens.to(self.device), mask.to(self.device)
+TextExpert = ScriptedPolicy
+"""The scripted expert of text codecs: ``ScriptedPolicy`` writes ``codec.action_ids``, the action's text."""
 
 
 # ---- text-level diagnostics (the Echo Trap on real text) -------------------------------------------

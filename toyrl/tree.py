@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .demos import process_scores
-from .rollout import CONTEXTS, Episode, play, to_rollout
+from .rollout import Episode, Sampling, play, to_rollout
 
 __all__ = ["STRATEGIES", "tree_rollout", "branch_weights"]
 
@@ -63,33 +63,30 @@ def _pick(w: np.ndarray, n: int, strategy: str, rng: np.random.Generator) -> np.
 @torch.no_grad()
 def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, group_size: int,
                  strategy: str = "tree", n_init: Optional[int] = None, branch: Optional[int] = None,
-                 max_rounds: int = 16, rng: Optional[np.random.Generator] = None, temperature: float = 1.0,
-                 context: str = "full", context_k: int = 2, constrain: bool = True,
-                 generator: Optional[torch.Generator] = None, policy_version: int = 0, tau: float = 0.5,
-                 beta: float = 0.2):
+                 max_rounds: int = 16, rng: Optional[np.random.Generator] = None,
+                 sampling: Optional[Sampling] = None, policy_version: int = 0, tau: float = 0.5,
+                 beta: float = 0.2, **sampling_kw):
     """Tree rollouts for P tasks (``tasks`` (P, task_dim), ``group`` (P,)) at the token budget of
     ``group_size`` independent episodes per task. Returns a ``Rollout`` of all leaves.
 
     ``n_init`` chains per task start the trees (default G // 2); each round adds ``branch`` branches
     per task (default ``n_init``) until the task's generated tokens reach G x the mean cost of its
-    initial chains, or ``max_rounds``. ``stats`` reports tokens used and the budget.
+    initial chains, or ``max_rounds``. ``sampling`` (or its fields as keywords) says how turns are
+    sampled. ``stats`` reports tokens used and the budget.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if context not in CONTEXTS:
-        raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+    s = sampling if sampling is not None else Sampling(**sampling_kw)
     rng = rng or np.random.default_rng(0)
     P = len(tasks)
     M = n_init or max(1, group_size // 2)
     nb = branch or M
-    play_kw = dict(temperature=temperature, context=context, context_k=context_k, constrain=constrain,
-                   generator=generator, keep_states=True)
     init = core.resized(P * M)
     init_tasks = np.repeat(np.asarray(tasks), M, 0)                            # (P*M, task_dim)
     init.reset(init_tasks)
     episodes = [Episode(codec.prompt(init, i), init_tasks[i], group=int(group[i // M])) for i in range(P * M)]
     task_of = [i // M for i in range(P * M)]
-    play(policy, init, episodes, codec, **play_kw)
+    play(policy, init, episodes, codec, s, keep_states=True)
     cost = lambda ep, k0=0: sum(len(t.gen) for t in ep.turns[k0:])
     used = np.zeros(P)
     for i, ep in enumerate(episodes):
@@ -113,12 +110,13 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
         if not new_eps:
             break
         sub = core.from_rows(states)
-        play(policy, sub, new_eps, codec, **play_kw)
+        play(policy, sub, new_eps, codec, s, keep_states=True)
         for ep, (p, k) in zip(new_eps, new_task):
             used[p] += cost(ep, k)
             task_of.append(p)
         episodes += new_eps
-    ro = to_rollout(episodes, codec, policy.device, context=context, constrain=constrain,
+    grammar = codec.grammar(s.constrain, s.tti, policy.device) if hasattr(codec, "grammar") else None
+    ro = to_rollout(episodes, codec, policy.device, context=s.context, grammar=grammar, temperature=s.temperature,
                     policy_version=policy_version,
                     stats={"tokens_generated": int(used.sum()), "token_budget": int(budget.sum()),
                            "tree_rounds": rounds, "leaves": len(episodes)})

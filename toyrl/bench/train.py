@@ -1,44 +1,80 @@
-"""Benchmark: a whole training run, split into rollout, recompute and update time.
+"""Benchmark: training steps with reasoning turns, split into generation, recompute and update.
 
-    toyrl bench train [--steps 200] [--env gridworld] [--estimator grpo]
+    toyrl bench train [--think 2 8 32 64] [--steps 10] [--threads 1]
 
-Default: 200 steps of GRPO on GridWorld (random 4x4 maps, the env's default 32-turn limit) with
-the default toy policy, 8 tasks x 8 rollouts per step. The target on 2 CPU cores is <= 30 s.
+Setting (the channels and speed issues): GridWorld 4x4, 16-turn limit, 8 tasks x 8 rollouts per
+step, the default toy policy, GRPO, n_think = think_max = L reasoning tokens per turn. For each L
+it runs ``--steps`` training steps and reports, per step: tokens generated and per turn; the
+rollout (generation) time; a teacher-forced forward over the same batch without gradient; the
+recompute (forward with gradient) and update (backward + AdamW) times; and two ratios measured in
+this run:
+
+    gen / fwd     = rollout time / teacher-forced forward time on the same tokens
+    step / (f+b)  = whole step time / (recompute + update time)
+
+and the projected time of 200 such steps. Threads are pinned (``--threads``, default 1) and
+torch's default allocator is used.
 """
 from __future__ import annotations
 
 import argparse
 import time
 
+import numpy as np
+import torch
+
+from toyrl.rollout import recompute_logp
 from toyrl.train import TrainConfig, Trainer
+
+SETTING = dict(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, group_size=8, prompts_per_step=8)
+
+
+def measure(L: int, steps: int, seed: int = 0) -> dict:
+    """Per-step medians of one run with L reasoning tokens per turn."""
+    tr = Trainer(TrainConfig(**SETTING, n_think=max(L, 1), think_max=L, steps=steps, seed=seed, progress=False))
+    rows, fwd = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        ro = tr.collect()
+        t1 = time.perf_counter()
+        with torch.no_grad():
+            recompute_logp(tr.policy, ro, "matched", env_tokens=False)
+        fwd.append(time.perf_counter() - t1)
+        t2 = time.perf_counter()
+        prep = tr.prepare(ro)
+        upd = tr.update(ro, prep)
+        tr.step_idx += 1
+        rows.append({"gen": t1 - t0, "step": (t1 - t0) + (time.perf_counter() - t2), "rec": upd["t_fwd"],
+                     "upd": upd["t_bwd"], "tokens": ro.stats["tokens_generated"],
+                     "per_turn": ro.stats["policy_tokens"] / max(ro.stats["turns"], 1)})
+    med = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
+    med["fwd"] = float(np.median(fwd))
+    med["gen_over_fwd"] = med["gen"] / med["fwd"]
+    med["step_over_fb"] = med["step"] / (med["rec"] + med["upd"])
+    med["projected_200"] = 200 * med["step"]
+    return med
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="toyrl bench train", description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--env", default="gridworld")
-    p.add_argument("--estimator", default="grpo")
-    p.add_argument("--policy", default="tiny")
-    p.add_argument("--quick", action="store_true", help="20 steps (a smoke run)")
-    p.add_argument("--budget", type=float, default=30.0, help="seconds the full run should fit in")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (the toy model is too small to gain from more)")
+    p.add_argument("--think", type=int, nargs="+", default=[2, 8, 32, 64], help="reasoning tokens per turn (L)")
+    p.add_argument("--steps", type=int, default=10, help="training steps per L (medians are reported)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, pinned")
+    p.add_argument("--quick", action="store_true", help="3 steps per L (a smoke run)")
     a = p.parse_args(argv)
-    import torch
     torch.set_num_threads(a.threads)
-    steps = 20 if a.quick else a.steps
-    trainer = Trainer(TrainConfig(env=a.env, estimator=a.estimator, policy=a.policy, steps=steps, progress=False))
-    t0 = time.perf_counter()
-    log = trainer.run()
-    total = time.perf_counter() - t0
-    parts = {k: float(log.column(k).sum()) for k in ("time_rollout", "time_prep", "time_recompute", "time_update")}
-    other = total - sum(parts.values())
-    print(f"{a.estimator} on {a.env}, policy {a.policy}, 8 x 8 rollouts per step, {steps} steps, {a.threads} thread(s)")
-    print(f"total {total:.2f} s ({1000 * total / steps:.1f} ms/step); budget {a.budget:.0f} s for 200 steps "
-          f"-> projected {total * 200 / steps:.1f} s = {total * 200 / steps / a.budget:.2f} of budget")
-    for k, v in {**parts, "other (diagnostics, logging)": other}.items():
-        print(f"  {k:30s} {v:7.2f} s  {100 * v / total:5.1f}%")
-    print(f"final success rate {log.rows[-1]['success_rate']:.2f}, mean turns {log.rows[-1]['turns_per_episode']:.1f}")
-    return {"total_s": total, **parts}
+    steps = 3 if a.quick else a.steps
+    print(f"GRPO on GridWorld 4x4 (16 turns), 8 x 8 rollouts, policy tiny, {steps} steps per L, "
+          f"{torch.get_num_threads()} thread(s), default allocator; medians per step")
+    print(f"{'L':>4} {'tok/turn':>8} {'tokens':>7} {'gen ms':>8} {'fwd ms':>7} {'gen/fwd':>7} {'rec ms':>7} "
+          f"{'upd ms':>7} {'step ms':>8} {'step/(f+b)':>10} {'200 steps s':>11}")
+    out = {}
+    for L in a.think:
+        m = out[L] = measure(L, steps)
+        print(f"{L:>4} {m['per_turn']:>8.1f} {m['tokens']:>7.0f} {1e3 * m['gen']:>8.1f} {1e3 * m['fwd']:>7.1f} "
+              f"{m['gen_over_fwd']:>7.2f} {1e3 * m['rec']:>7.1f} {1e3 * m['upd']:>7.1f} {1e3 * m['step']:>8.1f} "
+              f"{m['step_over_fb']:>10.2f} {m['projected_200']:>11.1f}")
+    return out
 
 
 if __name__ == "__main__":

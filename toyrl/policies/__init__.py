@@ -21,10 +21,11 @@ __all__ = ["TokenPolicy", "Generation", "ToyTransformer", "ToyTransformerConfig"
 
 
 def make_policy(name_or_config: Union[str, ToyTransformerConfig], vocab_size: int,
-                device: Union[str, torch.device] = "cpu", *, seed: Optional[int] = None) -> ToyTransformer:
+                device: Union[str, torch.device] = "cpu", *, seed: Optional[int] = None,
+                max_len: Optional[int] = None) -> ToyTransformer:
     """Build a toy policy from a preset name (``PRESETS``) or a config, with ``vocab_size`` ids, on ``device``.
 
-    ``seed`` initializes the weights from ``torch.manual_seed(seed)`` without touching the global RNG
+    ``max_len`` (if given) overrides the preset's context capacity. ``seed`` initializes the weights from ``torch.manual_seed(seed)`` without touching the global RNG
     state; without it the global RNG is used.
     """
     if isinstance(name_or_config, str):
@@ -35,6 +36,8 @@ def make_policy(name_or_config: Union[str, ToyTransformerConfig], vocab_size: in
         cfg = replace(name_or_config, vocab_size=vocab_size)
     else:
         raise TypeError(f"expected a preset name or ToyTransformerConfig, got {type(name_or_config).__name__}")
+    if max_len is not None:
+        cfg = replace(cfg, max_len=int(max_len))
     if seed is None:
         return ToyTransformer(cfg).to(device)
     with torch.random.fork_rng(devices=[]):

@@ -70,7 +70,8 @@ class TokenPolicy(Protocol):
 
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
                  stop_token: Union[None, int, Sequence[int], Tensor] = None, allowed: Optional[Tensor] = None, greedy: bool = False,
-                 generator: Optional[torch.Generator] = None, past: Optional[Any] = None) -> Generation:
+                 generator: Optional[torch.Generator] = None, past: Optional[Any] = None,
+                 constraint: Optional[Any] = None) -> Generation:
         """Sample up to ``max_new`` tokens after ``context`` (B, L) (usually left-padded; ``context_mask``
         False at padding, any pattern works; every row needs at least one real token). ``allowed``:
         (V,), (B, V) or (B, N, V) bool, tokens that may be sampled (per step for the 3-d form). A row
@@ -78,7 +79,10 @@ class TokenPolicy(Protocol):
         ``torch.multinomial(..., generator=generator)`` (a generator on the policy's device);
         ``greedy`` takes the argmax instead. ``temperature`` > 0 divides the logits. No grad.
         ``past``: a previous call's ``Generation.past``; then ``context`` holds only the new tokens
-        that follow that call's generated tokens, and the result equals a call on the whole prefix."""
+        that follow that call's generated tokens, and the result equals a call on the whole prefix.
+        ``constraint``: an object with ``allowed() -> (B, V) bool`` (asked before each step, used
+        instead of ``allowed``) and ``advance(tok, logp_all, live)`` (told each step's tokens), for
+        sampling sets that depend on what a row wrote so far (``toyrl.toycodec.GrammarRun``)."""
         ...
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,

@@ -18,6 +18,11 @@ from .toy import PRESETS
 
 __all__ = ["build_policy", "policy_names", "is_policy_name"]
 
+PRESETS_MAX_LEN = 192
+"""the smallest context a toy preset gets"""
+TEXT_MAX_NEW = {"tinylm": 8, "hf": 24}
+"""reply tokens of a text policy's codec before reasoning is added"""
+
 
 def policy_names() -> list[str]:
     """The valid values of ``--policy`` (patterns shown as such)."""
@@ -39,20 +44,26 @@ def is_policy_name(name: str) -> bool:
     return False
 
 
-def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 2, seed=None,
+def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 0, seed=None,
                  autocast: Optional[str] = None, **kw):
     """(policy, codec) for the policy ``name`` playing the env ``core``.
 
     Extra keywords go to ``HFPolicy.from_pretrained`` (e.g. ``lora={"r": 8}``) or to the text codec
-    of TinyLM (e.g. ``render="full"``); ``n_think`` / ``think_max`` only concern toy presets.
+    of TinyLM (e.g. ``render="full"``). Toy presets: ``n_think`` reasoning tokens in the vocabulary,
+    up to ``think_max`` per turn, and a context sized to the longest episode (``episode_token_bound``).
+    Text policies: ``think_max`` extra reply tokens for free-text reasoning before the action.
     """
-    from ..rollout import ToyCodec
+    from ..rollout import episode_token_bound
+    from ..toycodec import ToyCodec
     from . import make_policy
     if name in PRESETS:
         codec = ToyCodec.for_core(core, n_think, think_max)
         if _dtype(autocast) is not None:
             raise ValueError("autocast applies to the language-model policies (tinylm, hf:PATH), not toy presets")
-        return make_policy(name, codec.size, device, seed=seed), codec
+        max_len = max(PRESETS_MAX_LEN, episode_token_bound(core, codec))        # the context grows with the turns
+        return make_policy(name, codec.size, device, seed=seed, max_len=max_len), codec
+    if think_max:                                     # text policies: room for free-text reasoning
+        kw["max_new"] = kw.get("max_new", TEXT_MAX_NEW[name.split(":")[0]]) + think_max
     if name == "tinylm" or name.startswith("tinylm:"):
         from .tinylm import DEFAULT_CHECKPOINT, TinyLM
         path = name[len("tinylm:"):] if name.startswith("tinylm:") else str(DEFAULT_CHECKPOINT)

@@ -141,8 +141,9 @@ class HFPolicy(torch.nn.Module):
     @torch.no_grad()
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
                  stop_token=None, allowed: Optional[Tensor] = None, greedy: bool = False,
-                 generator: Optional[torch.Generator] = None, past=None) -> Generation:
-        """Sample up to ``max_new`` tokens per row after ``context`` (B, L) with the model's KV cache.
+                 generator: Optional[torch.Generator] = None, past=None, constraint=None) -> Generation:
+        """Sample up to ``max_new`` tokens per row after ``context`` (B, L) with the model's KV cache
+        (``constraint``: a per-row sampling set, see ``ToyTransformer.generate``).
         ``past`` is not supported (each turn re-reads its context); ``Generation.past`` is None."""
         if past is not None:
             raise ValueError("HFPolicy.generate does not continue from a past; pass the whole context")
@@ -165,13 +166,16 @@ class HFPolicy(torch.nn.Module):
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         attn = mask.long()                                                           # (B, L + t)
         for t in range(max_new):
-            lp_all, ent = masked_log_softmax(logits, allowed_at(allowed, t), temperature)   # (B, V), (B,)
+            step_allowed = constraint.allowed() if constraint is not None else allowed_at(allowed, t)
+            lp_all, ent = masked_log_softmax(logits, step_allowed, temperature)   # (B, V), (B,)
             tok = lp_all.argmax(-1) if greedy else torch.multinomial(lp_all.exp(), 1, generator=generator).squeeze(1)
             live = ~done
             tokens[:, t] = torch.where(live, tok, self.pad_id)
             logp[:, t] = torch.where(live, lp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
             entropy[:, t] = torch.where(live, ent, 0.0)
             gmask[:, t] = live
+            if constraint is not None:
+                constraint.advance(tok, lp_all, live)
             if stops is not None:
                 done = done | (live & torch.isin(tok, stops))
             if t == max_new - 1 or bool(done.all()):

@@ -246,7 +246,8 @@ class ToyTransformer(nn.Module):
     @torch.no_grad()
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
                  stop_token=None, allowed: Optional[Tensor] = None, greedy: bool = False,
-                 generator: Optional[torch.Generator] = None, past: Optional[ToyPast] = None) -> Generation:
+                 generator: Optional[torch.Generator] = None, past: Optional[ToyPast] = None,
+                 constraint=None) -> Generation:
         """Sample up to ``max_new`` tokens per row after ``context`` (B, L); see ``TokenPolicy.generate``.
 
         ``stop_token`` is an id, a sequence of ids or a 1-D tensor of ids: a row stops after any of them.
@@ -255,6 +256,9 @@ class ToyTransformer(nn.Module):
         then one forward pass of length 1. A step's logp/entropy are of softmax(logits / temperature)
         restricted to ``allowed`` (also for ``greedy``, which takes its argmax). With ``past`` (the
         previous turn's ``Generation.past``) only the new context tokens are run through the model.
+        ``constraint`` (e.g. a ``toyrl.toycodec.GrammarRun``) replaces ``allowed`` by a per-row set that
+        depends on what the row wrote so far: ``constraint.allowed()`` (B, V) before each step,
+        ``constraint.advance(tok, logp_all, live)`` after it.
         """
         if max_new < 1 or temperature <= 0:
             raise ValueError(f"need max_new >= 1 and temperature > 0 (use greedy=True for argmax), "
@@ -294,7 +298,8 @@ class ToyTransformer(nn.Module):
         mask = torch.zeros(B, max_new, dtype=torch.bool, device=dev)                      # (B, N)
         done = torch.zeros(B, dtype=torch.bool, device=dev)                               # (B,)
         for t in range(max_new):
-            logp_all, ent = masked_log_softmax(logits, allowed_at(allowed, t), temperature)   # (B, V), (B,)
+            step_allowed = constraint.allowed() if constraint is not None else allowed_at(allowed, t)
+            logp_all, ent = masked_log_softmax(logits, step_allowed, temperature)   # (B, V), (B,)
             if greedy:
                 tok = logp_all.argmax(-1)                                  # (B,)
             else:
@@ -304,6 +309,8 @@ class ToyTransformer(nn.Module):
             logp[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
             entropy[:, t] = torch.where(live, ent, 0.0)
             mask[:, t] = live
+            if constraint is not None:
+                constraint.advance(tok, logp_all, live)
             if stops is not None:
                 done = done | (live & torch.isin(tok, stops))
             if t == max_new - 1 or (stops is not None and bool(done.all())):

@@ -64,7 +64,7 @@ def scaled_clip_kwargs(clip: str, eps_scale: float = 1.0) -> dict:
 
 
 class _Thinking:
-    """Wraps a ScriptedPolicy: before each scripted action, 0..think_max random thinking tokens, so turns
+    """Wraps a ScriptedPolicy: before each scripted turn (END, action), 0..think_max random reasoning tokens, so turns
     hold several policy tokens (and token, turn and sequence ratios differ)."""
 
     def __init__(self, scripted, codec, seed: int):
@@ -76,15 +76,15 @@ class _Thinking:
         return self.s.device
 
     def generate(self, context, context_mask, max_new, temperature=1.0, **kw):
+        kw.pop("constraint", None)                                                   # the turn is rewritten below
         out = self.s.generate(context, context_mask, max_new, temperature, **kw)
         n, c = out.tokens.shape[0], self.codec
-        k = self.rng.integers(0, c.think_max + 1, n)                                 # thinking tokens per row
-        think = self.rng.integers(c.think0, c.act0, (n, max_new))
+        k = torch.as_tensor(self.rng.integers(0, c.think_max + 1, n))[:, None]       # reasoning tokens per row
+        think = torch.as_tensor(self.rng.integers(c.think0, c.act0, (n, max_new)))
         pos = torch.arange(max_new)[None]                                            # (1, M)
-        k_t = torch.as_tensor(k)[:, None]
-        tokens = torch.where(pos < k_t, torch.as_tensor(think), torch.full_like(out.tokens, c.PAD))
-        tokens = torch.where(pos == k_t, out.tokens[:, :1].expand(-1, max_new), tokens)   # (n, M)
-        out.tokens, out.mask = tokens, pos <= k_t
+        mask = pos < k + out.mask.sum(1, keepdim=True)                               # reasoning, then the scripted turn
+        tokens = torch.where(pos < k, think, out.tokens.gather(1, (pos - k).clamp(min=0)))
+        out.tokens, out.mask = torch.where(mask, tokens, torch.full_like(tokens, c.PAD)), mask
         out.logp, out.entropy = torch.zeros(n, max_new), torch.zeros(n, max_new)
         return out
 
@@ -103,7 +103,7 @@ def stale_setup(env: str = "mock_search", staleness: int = 2, mask_env: bool = T
     -sum(A logp) over lmask on this batch.
     """
     core = make_core(env, prompts * group, seed=seed, **RATIO_ENVS.get(env, {}))
-    pi0, codec = build_policy("tiny", core, "cpu", seed=seed)
+    pi0, codec = build_policy("tiny", core, "cpu", seed=seed, think_max=2)
     rng = np.random.default_rng(seed)
     tasks = np.repeat(core.sample_tasks(rng, prompts), group, 0)
     core.reset(tasks)
