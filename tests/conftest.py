@@ -1,5 +1,110 @@
-"""Suite-wide settings: one torch thread (the toy models are too small to gain from two, and the
-notebooks' kernels and the suite share the machine's cores)."""
+"""Suite-wide settings and the helpers test modules share (a test module never imports another).
+
+Settings: one torch thread (the toy models are too small to gain from two, and the notebooks'
+kernels and the suite share the machine's cores); matplotlib's Agg backend, chosen before any test
+module is imported, and every figure a test opens closed after it.
+
+Helpers (plain functions: ``from conftest import random_batch``):
+- ``random_batch``: a random valid TurnBatch with every optional field;
+- ``assert_close_to``: a tensor against hand-computed values;
+- ``fake_sweep``: a sweep (arm -> key -> (S, N) curves) of random numbers in [0, 1);
+- ``line_data``, ``bar_heights``, ``image_data``: what an Axes draws, to assert on the data a panel shows;
+- ``assert_curves_drawn``: an Axes draws exactly the curves of ``toyrl.viz.prototype.arm_curves``.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    import matplotlib
+    matplotlib.use("Agg")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
+# ---- batches and tensors --------------------------------------------------------------------------
+def random_batch(B: int = 12, H: int = 4, *, n_groups: int = 3, n_keys: int = 3, seed: int = 0,
+                 dtype=torch.float64, hash_keys: bool = False, optional: bool = True):
+    """B rollouts with 0..H turns each (row 0 has H); turn k = 1-3 policy tokens then 0-2 observation tokens."""
+    from toyrl.batch import TurnBatch
+    g = torch.Generator().manual_seed(seed)
+    n_turns = torch.randint(0, H + 1, (B,), generator=g)
+    n_turns[0] = H
+    lens_a = torch.randint(1, 4, (B, H), generator=g)
+    lens_o = torch.randint(0, 3, (B, H), generator=g)
+    T = int(((lens_a + lens_o) * (torch.arange(H)[None] < n_turns[:, None])).sum(1).max()) + 2
+    turn_id = torch.full((B, T), -1, dtype=torch.long)                          # (B, T)
+    pmask = torch.zeros(B, T, dtype=torch.bool)
+    for b in range(B):
+        t = 1                                           # one prompt token (turn 0, not policy)
+        turn_id[b, 0] = 0
+        for k in range(int(n_turns[b])):
+            turn_id[b, t:t + lens_a[b, k] + lens_o[b, k]] = k
+            pmask[b, t:t + lens_a[b, k]] = True
+            t += int(lens_a[b, k] + lens_o[b, k])
+    turn_mask = torch.arange(H)[None] < n_turns[:, None]                        # (B, H)
+    reward = torch.randint(0, 3, (B, H), generator=g).to(dtype) * turn_mask
+    keys = torch.randint(0, n_keys, (B, H), generator=g)
+    if hash_keys:
+        keys = keys * 0x1F3A5C7E9B2D4F61 + 12345          # 63-bit-ish hashes (wrapping)
+    kw = {}
+    if optional:
+        node = torch.randint(0, 2, (B, H), generator=g).cumsum(1) + \
+            10 * torch.arange(B // 3 + 1).repeat_interleave(3)[:B, None]
+        kw = dict(entropy=torch.rand(B, T, generator=g, dtype=dtype), values=torch.rand(B, H, generator=g, dtype=dtype),
+                  node=node, info_gain=torch.randn(B, H, generator=g, dtype=dtype),
+                  turn_signal=torch.randint(0, 2, (B, H), generator=g).to(dtype),
+                  void_turn=torch.rand(B, H, generator=g) < 0.2, ref_logp=-torch.rand(B, T, generator=g, dtype=dtype),
+                  task=torch.arange(B) % max(n_groups // 2, 1))
+    return TurnBatch(tokens=torch.zeros(B, T, dtype=torch.long), policy_mask=pmask, turn_id=turn_id,
+                     old_logp=-torch.rand(B, T, generator=g, dtype=dtype), turn_mask=turn_mask, turn_reward=reward,
+                     group=torch.arange(B) % n_groups, state_key=keys, **kw)
+
+
+def assert_close_to(a: torch.Tensor, b, tol: float = 1e-3) -> None:
+    """``a`` equals the hand-computed values ``b`` (nested lists) up to ``tol``, absolute, in ``a``'s dtype."""
+    torch.testing.assert_close(a, torch.as_tensor(b, dtype=a.dtype), atol=tol, rtol=0)
+
+
+# ---- sweeps and figures ---------------------------------------------------------------------------
+def fake_sweep(arms, keys, S: int = 2, N: int = 6, seed: int = 0) -> dict:
+    """{arm: {key: (S, N) list}} of uniform [0, 1) numbers, the shape ``toyrl.viz.prototype.compare`` returns."""
+    rng = np.random.default_rng(seed)
+    return {a: {k: rng.random((S, N)).tolist() for k in keys} for a in arms}
+
+
+def line_data(ax) -> dict:
+    """{label: (x, y)} of the labelled lines on ``ax`` (matplotlib's own ``_child`` labels left out)."""
+    return {ln.get_label(): (np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float))
+            for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+
+
+def bar_heights(ax) -> list:
+    """The heights of each bar group (``ax.bar`` or ``ax.hist`` call) on ``ax``, in drawing order."""
+    return [np.array([r.get_height() for r in c]) for c in ax.containers]
+
+
+def image_data(ax) -> np.ndarray:
+    """The (masked) array of the first image on ``ax``."""
+    return ax.get_images()[0].get_array()
+
+
+def assert_curves_drawn(ax, curves: dict) -> None:
+    """``ax`` draws one line per arm of ``curves`` (``arm_curves``' output), labelled by arm, at its x and mean."""
+    drawn = line_data(ax)
+    assert list(drawn) == list(curves)
+    for name, c in curves.items():
+        np.testing.assert_allclose(drawn[name][0], c["x"])
+        np.testing.assert_allclose(drawn[name][1], c["mean"])

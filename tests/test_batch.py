@@ -60,8 +60,8 @@ def test_turn_ids_must_not_decrease_outside_padding():
     pm = torch.tensor([[0, 1, 0, 1, 0], [0, 1, 0, 0, 0]], dtype=torch.bool)
     b = tiny(turn_id=torch.tensor([[-1, 0, 0, 1, -1], [0, 0, -1, 1, 1]]), policy_mask=pm)   # padding anywhere
     assert b.T == 5
-    rows = torch.tensor([[0, 1, 2]] * 7 + [[0, 2, 1]])                    # the drop is in the last row block
-    assert not _turns_in_order(rows, chunk=6) and not _turns_in_order(rows) and _turns_in_order(rows[:7], chunk=6)
+    rows = torch.tensor([[0, 1, 2]] * 7 + [[0, 2, 1]])                    # the drop is in the last row
+    assert not _turns_in_order(rows) and _turns_in_order(rows[:7]) and _turns_in_order(torch.tensor([[0, -1, 0, 1]]))
 
 
 def test_turn_token_helpers():
@@ -184,12 +184,6 @@ def test_discounted_returns_equal_suffixes_give_equal_bits_in_float32():
     assert R[0, 1].item() == R[1, 0].item() and R[1, 3] == 0
 
 
-def test_mask_to():
-    from toyrl.batch import mask_to
-    m = torch.tensor([[True, False], [False, True]])
-    assert torch.equal(mask_to(m, torch.float32), m.float()) and mask_to(m.T, torch.float64).tolist() == [[1, 0], [0, 1]]
-
-
 def _partition(ids, rows):
     cells = {}
     for r, i in zip(rows, ids.tolist()):
@@ -199,45 +193,40 @@ def _partition(ids, rows):
 
 @settings(deadline=None, max_examples=30)
 @given(seed=st.integers(0, 10_000), n_keys=st.sampled_from([1, 3, 40, 10_000]), high=st.booleans())
-def test_hash_cells_partition_matches_a_dict(seed, n_keys, high):
-    """Many distinct keys per small group force collisions, retry rounds and the unique fallback."""
-    from toyrl.segments import hash_cells
+def test_pair_index_partition_matches_a_dict(seed, n_keys, high):
+    """Keys of any int64 values (top bits only, wrapping products): equal pairs share an id, others never."""
     g = torch.Generator().manual_seed(seed)
-    B, H, nG = 64, 6, 5
-    group = torch.randint(0, nG, (B,), generator=g)
-    key = torch.randint(0, n_keys, (B, H), generator=g)
-    key = key << 57 if high else key * -7046029254386353131           # top bits only / wrapping products
-    ids, size = hash_cells(group, key, nG)
-    assert ids.shape == (B * H,) and int(ids.min()) >= 0 and int(ids.max()) < size
+    N = 300
+    a = torch.randint(0, 5, (N,), generator=g)
+    key = torch.randint(0, n_keys, (N,), generator=g)
+    key = key << 57 if high else key * -7046029254386353131
+    ids, S = pair_index(a, key)
+    assert ids.shape == (N,) and int(ids.min()) >= 0 and int(ids.max()) == S - 1
     want = {}
-    for b in range(B):
-        for k in range(H):
-            want.setdefault((int(group[b]), int(key[b, k])), set()).add(b * H + k)
-    assert _partition(ids, range(B * H)) == {frozenset(c) for c in want.values()}
+    for n in range(N):
+        want.setdefault((int(a[n]), int(key[n])), set()).add(n)
+    assert _partition(ids, range(N)) == {frozenset(c) for c in want.values()}
 
 
-def test_anchor_cells_dense_path_equals_hash_path():
+def test_anchor_index_dense_and_hashed_keys_give_the_same_partition():
     from toyrl.envs.core import mix64
-    from toyrl.segments import anchor_cells
+    from toyrl.segments import anchor_index
     g = torch.Generator().manual_seed(0)
     group = torch.arange(40) // 4 * 3                                   # sparse group ids
     small = torch.randint(0, 9, (40, 5), generator=g)
     mask = torch.rand(40, 5, generator=g) < 0.8
-    dense, S1 = anchor_cells(group, small, mask)                       # 0 <= key < 9: the direct path
-    hashed, S2 = anchor_cells(group, torch.from_numpy(mix64(small.numpy())), mask)
+    dense, S1 = anchor_index(group, small, mask)
+    hashed, S2 = anchor_index(group, torch.from_numpy(mix64(small.numpy())), mask)
     valid = mask.view(-1).nonzero().view(-1).tolist()
-    assert _partition(dense[valid], valid) == _partition(hashed[valid], valid)
-    assert (dense[~mask.view(-1)] == S1 - 1).all() and (hashed[~mask.view(-1)] == S2 - 1).all()
-    assert S1 - 1 == 10 * 9 and not (dense[valid] == S1 - 1).any()
+    assert _partition(dense.view(-1)[valid], valid) == _partition(hashed.view(-1)[valid], valid)
+    assert S1 == S2 and (dense[~mask] == S1).all() and not (dense[mask] == S1).any()
 
 
-def test_dense_index_shortcut_and_compact():
-    from toyrl.segments import compact
-    ids = torch.tensor([0, 2, 1, 2])
-    idx, S = dense_index(ids)
-    assert S == 3 and idx is ids                                        # already dense: returned as is
-    idx, S = compact(torch.tensor([9, 2, 9]), 10)
+def test_dense_index_renumbers_in_sorted_order():
+    idx, S = dense_index(torch.tensor([9, 2, 9]))
     assert S == 2 and idx.tolist() == [1, 0, 1]
+    idx, S = dense_index(torch.zeros(0, dtype=torch.long))
+    assert S == 0 and idx.numel() == 0
 
 
 @settings(deadline=None, max_examples=40)

@@ -42,6 +42,15 @@ def random_batch(B: int = 12, H: int = 4, *, n_groups: int = 3, n_keys: int = 3,
                      group=torch.arange(B) % n_groups, state_key=keys, **kw)
 
 
+def outcome_batch(R: torch.Tensor, group: torch.Tensor) -> TurnBatch:
+    """One-turn, one-token rollouts with returns R (B,) and group ids (B,)."""
+    B = R.shape[0]
+    return TurnBatch(tokens=torch.zeros(B, 1, dtype=torch.long), policy_mask=torch.ones(B, 1, dtype=torch.bool),
+                     turn_id=torch.zeros(B, 1, dtype=torch.long), old_logp=torch.zeros(B, 1, dtype=R.dtype),
+                     turn_mask=torch.ones(B, 1, dtype=torch.bool), turn_reward=R[:, None], group=group,
+                     state_key=torch.zeros(B, 1, dtype=torch.long))
+
+
 def test_random_batch_is_valid():
     b = random_batch(seed=3)
     assert b.turn_mask[0].all() and (b.policy_mask.sum(1) >= b.turn_mask.sum(1)).all()

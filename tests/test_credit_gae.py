@@ -1,4 +1,8 @@
-"""GAE family: per-sample loop references, hand cases, the one-turn property."""
+"""GAE family and the scans under it: hand cases, the one-turn property, scans against plain loops.
+
+Estimator-level loops live in toyrl.credit.REFERENCE (tests/test_credit_reference.py); here the primitives
+(``discounted_cumsum``, ``pack`` / ``unpack``, ``gae_scan``) are checked against ``reference.to_go`` /
+``reference.gae_row``, the loops the references are built from."""
 from __future__ import annotations
 
 import torch
@@ -6,21 +10,18 @@ from hypothesis import given, settings, strategies as st
 
 from test_credit_batches import random_batch
 from toyrl.credit import ESTIMATORS, bilevel_gae, gae, turn_gae
+from toyrl.credit.base import place_at_turn_end, turn_end_pos, turn_ends
+from toyrl.credit.gae import gae_scan
+from toyrl.credit.outcome import token_returns
+from toyrl.credit.reference import gae_row, to_go
+from toyrl.credit.scan import discount_matrix, discounted_cumsum, next_masked, pack, pack_turns, unpack, unpack_turns
 
 
-def gae_loop(r, v, m, gamma, lam):
-    """Per-sample loop: TD chain over masked steps only (observation steps skipped)."""
-    B, L = r.shape
-    adv = torch.zeros_like(r)
-    for b in range(B):
-        nextv, run = 0.0, 0.0
-        for t in reversed(range(L)):
-            if m[b, t]:
-                delta = float(r[b, t]) + gamma * nextv - float(v[b, t])
-                run = delta + gamma * lam * run
-                nextv = float(v[b, t])
-                adv[b, t] = run
-    return adv
+def gae_loop(r, v, m, gamma, lam, last=None):
+    """``reference.gae_row`` on every row of (B, L) tensors -> (B, L), 0 off the mask."""
+    last = [0.0] * r.shape[0] if last is None else last.tolist()
+    rows = zip(r.tolist(), v.tolist(), m.tolist(), last)
+    return torch.tensor([gae_row(*row, gamma, lam, lv) for *row, lv in rows], dtype=r.dtype).reshape(r.shape)
 
 
 @settings(deadline=None, max_examples=25)
@@ -89,94 +90,52 @@ def test_registry_gae_fields():
         raise AssertionError
 
 
-# ---- the blocked scan behind gae / bilevel_gae / reinforce_pp, against the per-step loops it replaced ----
-from toyrl.credit.base import discounted_cumsum, next_masked, place_at_turn_end, turn_end_pos, turn_ends  # noqa: E402
-from toyrl.credit.gae import gae_scan  # noqa: E402
-from toyrl.credit.outcome import token_returns  # noqa: E402
-
-
-def scan_loop(x, m, factor, reset=None):
-    """y_t = x_t + factor * y_{t+1} on masked steps, carried elsewhere; reset[t] cuts the chain after t."""
-    B, L = x.shape
-    y = torch.zeros(B, L, dtype=torch.float64)
-    for b in range(B):
-        run = 0.0
-        for t in reversed(range(L)):
-            if reset is not None and reset[b, t]:
-                run = 0.0
-            if m[b, t]:
-                run = float(x[b, t]) + factor * run
-            y[b, t] = run
-    return y
-
-
-def gae_scan_loop(r, v, m, gamma, lam, reset=None, last_value=None):
-    """The former vectorized-over-B loop over L (verl's recursion with reset and bootstrap)."""
-    B, L = r.shape
-    adv = torch.zeros_like(r)
-    nextv = torch.zeros_like(r[:, 0]) if last_value is None else last_value.to(r.dtype).clone()
-    run = torch.zeros_like(r[:, 0])
-    for t in range(L - 1, -1, -1):
-        if reset is not None:
-            nextv = torch.where(reset[:, t], torch.zeros_like(nextv), nextv)
-            run = torch.where(reset[:, t], torch.zeros_like(run), run)
-        delta = r[:, t] + gamma * nextv - v[:, t]
-        nextv = torch.where(m[:, t], v[:, t], nextv)
-        run = torch.where(m[:, t], delta + gamma * lam * run, run)
-        adv[:, t] = run
-    return adv
-
-
+# ---- the scans behind gae / bilevel_gae / reinforce_pp ------------------------------------------------
 def test_scan_hand_cases():
-    x, m = torch.tensor([[1.0, 5.0, 2.0, 4.0]]), torch.tensor([[1, 0, 1, 1]], dtype=torch.bool)
-    torch.testing.assert_close(discounted_cumsum(x, m, 0.5), torch.tensor([[3.0, 4.0, 4.0, 4.0]]))
-    cut = torch.tensor([[False, False, True, False]])                      # chain cut after step 2
-    torch.testing.assert_close(discounted_cumsum(x, m, 0.5, reset=cut), torch.tensor([[2.0, 2.0, 2.0, 4.0]]))
-    got = next_masked(torch.tensor([[1.0, 2.0, 3.0, 4.0]]), m[:, [0, 1, 2, 1]], last=torch.tensor([9.0]))
-    torch.testing.assert_close(got, torch.tensor([[3.0, 3.0, 9.0, 9.0]]))
+    torch.testing.assert_close(discounted_cumsum(torch.tensor([[1.0, 2.0, 4.0]]), 0.5), torch.tensor([[3.0, 4.0, 4.0]]))
+    torch.testing.assert_close(discount_matrix(0.5, 3), torch.tensor([[1, 0, 0], [0.5, 1, 0], [0.25, 0.5, 1]],
+                                                                     dtype=torch.float64))
+    m = torch.tensor([[1, 0, 1, 0]], dtype=torch.bool)
+    xp = pack(torch.tensor([[1.0, 2.0, 3.0, 4.0]]), m)
+    assert xp.tolist() == [[1.0, 3.0, 0.0]] and unpack(xp, m).tolist() == [[1.0, 3.0, 3.0, 0.0]]
+    got = next_masked(torch.tensor([[1.0, 2.0, 3.0, 4.0]]), m, last=torch.tensor([9.0]))
+    assert got.tolist() == [[3.0, 3.0, 9.0, 9.0]]
+    xp, slot, n = pack_turns(torch.tensor([[1.0, 2.0, 3.0]]), torch.ones(1, 3, dtype=torch.bool),
+                             torch.tensor([[0, 0, 1]]), 2)
+    assert xp.tolist() == [[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]] and n.tolist() == [2, 1]
+    assert unpack_turns(xp, slot).tolist() == [[1.0, 2.0, 3.0]]
 
 
 @settings(deadline=None, max_examples=60)
-@given(seed=st.integers(0, 9999), L=st.integers(0, 700), p_mask=st.sampled_from([0.1, 0.6, 1.0]),
-       factor=st.sampled_from([1.0, 0.99, 0.9 * 0.95, 0.5, 0.1, 0.0, -0.7, 1.05]),
-       p_reset=st.sampled_from([0.0, 0.02, 0.3]))
-def test_scan_matches_loop(seed, L, p_mask, factor, p_reset):
+@given(seed=st.integers(0, 9999), L=st.integers(0, 700), chunk=st.sampled_from([2, 5, 32]),
+       factor=st.sampled_from([1.0, 0.99, 0.9 * 0.95, 0.5, 0.1, 0.0, -0.7, 1.05]))
+def test_discounted_cumsum_matches_loop(seed, L, chunk, factor):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(3, L, generator=g, dtype=torch.float64)
-    m = torch.rand(3, L, generator=g) < p_mask
-    reset = (torch.rand(3, L, generator=g) < p_reset) if p_reset else None
-    want = scan_loop(x, m, factor, reset)
-    torch.testing.assert_close(discounted_cumsum(x, m, factor, reset=reset), want, atol=1e-9, rtol=1e-9)
-    x32 = x.float()                                                         # float32 in, float32 out, same values
-    got32 = discounted_cumsum(x32, m, factor, reset=reset)
+    want = torch.tensor([to_go(row, [1] * L, factor) for row in x.tolist()], dtype=torch.float64).reshape(3, L)
+    torch.testing.assert_close(discounted_cumsum(x, factor, chunk=chunk), want, atol=1e-9, rtol=1e-9)
+    got32 = discounted_cumsum(x.float(), factor, chunk=chunk)
     assert got32.dtype == torch.float32
-    torch.testing.assert_close(got32.double(), scan_loop(x32, m, factor, reset), atol=1e-5, rtol=1e-6)
+    if abs(factor) <= 1:                                                  # float32: discounts, not growth
+        torch.testing.assert_close(got32.double(), want, atol=1e-4, rtol=1e-5)
 
 
 @settings(deadline=None, max_examples=40)
 @given(seed=st.integers(0, 9999), L=st.integers(1, 300), gamma=st.sampled_from([1.0, 0.9, 0.99]),
-       lam=st.sampled_from([1.0, 0.95, 0.5, 0.0]), p_reset=st.sampled_from([0.0, 0.05, 0.4]),
-       boot=st.booleans())
-def test_gae_scan_matches_former_loop(seed, L, gamma, lam, p_reset, boot):
+       lam=st.sampled_from([1.0, 0.95, 0.5, 0.0]), p_mask=st.sampled_from([0.1, 0.6, 1.0]), boot=st.booleans())
+def test_gae_scan_matches_loop_and_carries_over_unmasked_steps(seed, L, gamma, lam, p_mask, boot):
     g = torch.Generator().manual_seed(seed)
     r, v = torch.randn(4, L, generator=g, dtype=torch.float64), torch.randn(4, L, generator=g, dtype=torch.float64)
-    m = torch.rand(4, L, generator=g) < 0.6
-    reset = (torch.rand(4, L, generator=g) < p_reset) if p_reset else None
+    m = torch.rand(4, L, generator=g) < p_mask
     lv = torch.randn(4, generator=g, dtype=torch.float64) if boot else None
-    got = gae_scan(r, v, m, gamma=gamma, lam=lam, reset=reset, last_value=lv)
-    torch.testing.assert_close(got, gae_scan_loop(r, v, m, gamma, lam, reset, lv), atol=1e-9, rtol=1e-9)
-    # next_masked is the V_{t'} of that loop
-    nv = next_masked(v, m, last=lv, reset=reset)
-    want = torch.zeros_like(v)
-    for b in range(4):
-        run = 0.0 if lv is None else float(lv[b])
+    got = gae_scan(r, v, m, gamma=gamma, lam=lam, last_value=lv)
+    want = gae_loop(r, v, m, gamma, lam, lv)
+    torch.testing.assert_close(got * m, want, atol=1e-9, rtol=1e-9)
+    for b in range(4):                                                    # an unmasked step holds the next A
+        nxt = 0.0
         for t in reversed(range(L)):
-            if reset is not None and reset[b, t]:
-                run = 0.0
-            want[b, t] = run
-            if m[b, t]:
-                run = float(v[b, t])
-    torch.testing.assert_close(nv, want, atol=0, rtol=0)
+            nxt = float(want[b, t]) if m[b, t] else nxt
+            assert abs(float(got[b, t]) - nxt) < 1e-9
 
 
 def test_token_scale_float32_matches_loop():
@@ -188,9 +147,9 @@ def test_token_scale_float32_matches_loop():
     r[:, 63::64] = torch.randint(0, 2, (B, T // 64), generator=g).float()
     v = torch.rand(B, T, generator=g)
     for gamma, lam in ((1.0, 1.0), (0.99, 0.95), (0.9, 0.5)):
-        want = gae_scan_loop(r.double(), v.double(), m, gamma, lam)
-        torch.testing.assert_close(gae_scan(r, v, m, gamma=gamma, lam=lam).double(), want, atol=1e-5, rtol=1e-5)
-        want_ret = scan_loop(r * m, m, gamma) * m
+        want = gae_loop(r.double(), v.double(), m, gamma, lam)
+        torch.testing.assert_close(gae_scan(r, v, m, gamma=gamma, lam=lam).double() * m, want, atol=1e-5, rtol=1e-5)
+        want_ret = torch.tensor([to_go(x, mm, gamma) for x, mm in zip(r.double().tolist(), m.tolist())], dtype=torch.float64)
         torch.testing.assert_close(token_returns(r, m, gamma).double(), want_ret, atol=1e-5, rtol=1e-5)
 
 

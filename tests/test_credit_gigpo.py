@@ -1,58 +1,24 @@
-"""GiGPO: the seed article's reference semantics as a loop, hand cases, properties, hashing paths."""
+"""GiGPO: hand cases, properties, anchor numbering; the loop reference is toyrl.credit.REFERENCE["gigpo"]."""
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 import torch
 from hypothesis import given, settings, strategies as st
 
 from test_credit_batches import random_batch
-from toyrl.credit import ESTIMATORS, anchor_index, gigpo, similarity_keys
+from toyrl.credit import ESTIMATORS, REFERENCE, anchor_index, gigpo, similarity_keys
 
 
 def gigpo_loop(reward, mask, group, keys, gamma=0.95, omega=1.0, eps=1e-6, norm="std"):
-    """Loop reference following the seed snippet's logic, one episode group at a time (our own words)."""
+    """The reference loop on bare tensors (wrapped in a one-token-per-turn TurnBatch)."""
+    from toyrl import TurnBatch
     B, H = reward.shape
-    out = [[0.0] * H for _ in range(B)]
-    members = defaultdict(list)
-    for b in range(B):
-        members[int(group[b])].append(b)
-    for rows in members.values():
-        trajs = [[(int(keys[b, k]), float(reward[b, k]), k) for k in range(H) if mask[b, k]] for b in rows]
-        totals = [sum(r for _, r, _ in tr) for tr in trajs]
-        mu = sum(totals) / len(totals)
-        sd = math.sqrt(sum((x - mu) ** 2 for x in totals) / len(totals))
-        ep = [(x - mu) / (sd + eps) if norm == "std" else x - mu for x in totals]
-        rets = []
-        for tr in trajs:
-            acc, back = 0.0, []
-            for _, r, _ in reversed(tr):
-                acc = r + gamma * acc
-                back.append(acc)
-            rets.append(back[::-1])
-        cells = defaultdict(list)
-        for i, tr in enumerate(trajs):
-            for s, (key, _, _) in enumerate(tr):
-                cells[key].append((i, s))
-        for cell in cells.values():
-            vals = [rets[i][s] for i, s in cell]
-            m = sum(vals) / len(vals)
-            d = math.sqrt(sum((v - m) ** 2 for v in vals) / len(vals))
-            for (i, s), v in zip(cell, vals):
-                step = 0.0 if len(cell) == 1 else ((v - m) / (d + eps) if norm == "std" else v - m)
-                out[rows[i]][trajs[i][s][2]] = ep[i] + omega * step
-    return torch.tensor(out, dtype=reward.dtype)
-
-
-@settings(deadline=None, max_examples=25)
-@given(seed=st.integers(0, 10_000), B=st.integers(1, 24), H=st.integers(1, 6), n_groups=st.integers(1, 5),
-       n_keys=st.integers(1, 5), hashed=st.booleans(), norm=st.sampled_from(["std", "mean"]))
-def test_gigpo_matches_seed_snippet_loop(seed, B, H, n_groups, n_keys, hashed, norm):
-    b = random_batch(B, H, n_groups=n_groups, n_keys=n_keys, seed=seed, hash_keys=hashed, optional=False)
-    got = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key, norm=norm)
-    want = gigpo_loop(b.turn_reward, b.turn_mask, b.group, b.state_key, norm=norm)
-    torch.testing.assert_close(got, want, atol=1e-8, rtol=1e-8)
+    tid = torch.arange(H).expand(B, H).contiguous()
+    b = TurnBatch(tokens=torch.zeros(B, H, dtype=torch.long), policy_mask=mask.clone(), turn_id=tid,
+                  old_logp=torch.zeros(B, H, dtype=reward.dtype), turn_mask=mask, turn_reward=reward, group=group,
+                  state_key=keys)
+    return REFERENCE["gigpo"](b, gamma=gamma, omega=omega, eps=eps, norm=norm)
 
 
 def test_gigpo_hand_case():
@@ -78,15 +44,29 @@ def test_gigpo_reduces_to_episode_term_without_repeats(seed, B, H):
     torch.testing.assert_close(adv, ep, atol=1e-9, rtol=0)
 
 
-def test_anchor_index_hash_path_equals_lookup_path():
+def test_anchor_index_hand_case_and_renaming_keys_keeps_the_partition():
+    group, keys = torch.tensor([0, 1]), torch.tensor([[5, 7], [5, 5]])
+    idx, S = anchor_index(group, keys, torch.tensor([[True, True], [True, False]]))
+    assert idx.tolist() == [[0, 1], [2, 3]] and S == 3                      # invalid turn: id S
     b = random_batch(64, 6, n_keys=5, seed=1, optional=False)
     i1, S1 = anchor_index(b.group, b.state_key, b.turn_mask)
     i2, S2 = anchor_index(b.group, b.state_key * 0x1F3A5C7E9B2D4F61 - 3, b.turn_mask)
-    assert S1 == S2
     m = b.turn_mask
-    pairs = set(zip(i1[m].tolist(), i2[m].tolist()))
-    assert len(pairs) == S1                               # the same partition of valid turns
+    assert S1 == S2 and len(set(zip(i1[m].tolist(), i2[m].tolist()))) == S1      # the same partition
     assert (i1[~m] == S1).all()
+
+
+def test_anchor_index_equals_torch_unique_over_pairs():
+    """DESIGN.md's definition: anchors are torch.unique over the (group, state_key) rows of the valid turns."""
+    g = torch.Generator().manual_seed(0)
+    B, H = 200, 7
+    group = torch.randint(0, 30, (B,), generator=g) * 1000
+    keys = torch.randint(-2**62, 2**62, (8,), generator=g)[torch.randint(0, 8, (B, H), generator=g)]
+    mask = torch.rand(B, H, generator=g) < 0.8
+    pairs = torch.stack([group[:, None].expand(B, H)[mask], keys[mask]], 1)
+    _, want = torch.unique(pairs, dim=0, return_inverse=True)
+    idx, S = anchor_index(group, keys, mask)
+    assert torch.equal(idx[mask], want) and S == int(want.max()) + 1
 
 
 def test_similarity_keys_greedy_clusters():
@@ -137,7 +117,7 @@ def _index_partition(idx, S, mask):
 @settings(deadline=None, max_examples=15)
 @given(seed=st.integers(0, 10_000), kind=st.sampled_from(["distinct", "high_bits", "low_bits", "shared"]))
 def test_anchor_index_matches_dict_on_colliding_keys(seed, kind):
-    """Many distinct 64-bit keys force slot collisions, hence the hash table's retry rounds."""
+    """Many distinct 64-bit keys, keys differing in their top or low bits only, keys shared across groups."""
     g = torch.Generator().manual_seed(seed)
     B, H = 512, 8
     group = torch.randint(0, 40, (B,), generator=g)
@@ -178,3 +158,14 @@ def test_gigpo_float32_benchmark_batch_matches_seed_loop_both_key_kinds():
         got = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key)
         want = gigpo_loop(b.turn_reward.double(), b.turn_mask, b.group, b.state_key)
         torch.testing.assert_close(got, want.float(), atol=2e-5, rtol=2e-5)
+
+
+def test_bench_seed_loop_computes_gigpo():
+    """The benchmark's seed-article loop (what GiGPO is timed against) gives GiGPO's numbers."""
+    from toyrl.bench.credit import loop_cells, make_batch
+    b = make_batch(64, 8, T_turn=1, seed=5)
+    b = b.replace(turn_reward=b.turn_reward.double())
+    got, want = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key), loop_cells(b)
+    assert len(want) == int(b.turn_mask.sum())
+    for (i, k), v in want.items():
+        assert abs(float(got[i, k]) - v) < 1e-9

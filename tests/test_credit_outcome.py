@@ -5,9 +5,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from test_credit_batches import outcome_batch
 from toyrl import TurnBatch
-from toyrl.credit import (ESTIMATORS, dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline,
-                         reinforce_pp_turns, remax, rloo)
+from toyrl.credit import (ESTIMATORS, REFERENCE, dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp,
+                         reinforce_pp_baseline, remax, rloo)
 from toyrl.credit.base import masked_whiten, place_at_turn_end
 from toyrl.credit.outcome import token_returns
 
@@ -40,33 +41,9 @@ def test_passk_ties_and_singletons_give_zero():
     close(grpo_passk(torch.tensor([1.0, 1.0, 0.0, 3.0]), torch.tensor([0, 0, 0, 1])), [0.0, 0.0, 0.0, 0.0])
 
 
-def _loop_grpo(R, group, ddof=1, eps=1e-6):
-    out = torch.zeros_like(R)
-    for i in range(len(R)):
-        members = R[group == group[i]]
-        if len(members) > 1:
-            out[i] = (R[i] - members.mean()) / (members.std(correction=ddof) + eps)
-    return out
-
-
-def _loop_rloo(R, group):
-    out = torch.zeros_like(R)
-    for i in range(len(R)):
-        others = R[(group == group[i]) & (torch.arange(len(R)) != i)]
-        out[i] = R[i] - others.mean() if len(others) else 0.0
-    return out
-
-
-def _loop_passk(R, group):
-    out = torch.zeros_like(R)
-    for gid in group.unique():
-        idx = (group == gid).nonzero().flatten()
-        if len(idx) < 2:
-            continue
-        vals, order = R[idx].sort(descending=True)
-        if vals[0] > vals[1]:
-            out[idx[order[0]]] = (vals[0] - vals[1]) / (R[idx].std() + 1e-6)
-    return out
+def loop(name, R, group, **kw):
+    """REFERENCE[name] on one-turn rollouts with returns R -> (B,)."""
+    return REFERENCE[name](outcome_batch(R, group), **kw)[:, 0]
 
 
 outcomes = st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.5, 1.0, 2.0, -1.0])), min_size=1, max_size=30)
@@ -77,9 +54,10 @@ outcomes = st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.5, 1.0,
 def test_vectorized_equals_loop(rows, ddof):
     group = torch.tensor([g for g, _ in rows])
     R = torch.tensor([r for _, r in rows], dtype=torch.float64)
-    torch.testing.assert_close(grpo(R, group, ddof=ddof), _loop_grpo(R, group, ddof))
-    torch.testing.assert_close(rloo(R, group), _loop_rloo(R, group))
-    torch.testing.assert_close(grpo_passk(R, group), _loop_passk(R, group))
+    torch.testing.assert_close(grpo(R, group, ddof=ddof), loop("grpo", R, group, ddof=ddof))
+    torch.testing.assert_close(rloo(R, group), loop("rloo", R, group))
+    torch.testing.assert_close(grpo_passk(R, group), loop("grpo_passk", R, group))
+    torch.testing.assert_close(opo(R, group, torch.ones_like(group)), loop("opo", R, group))
 
 
 @settings(deadline=None, max_examples=40)
@@ -145,20 +123,18 @@ def test_group_norm_ddof_above_one_gives_zero_std_on_small_groups():
     torch.testing.assert_close(z[2:], torch.tensor([-2.0, 0.0, 2.0]) / (8 ** 0.5 + 1.0))
 
 
-def test_reinforce_pp_turns_hand_case_and_dropped_reward():
-    pm = torch.tensor([[True, False, True]])
-    close(reinforce_pp_turns(torch.tensor([[1.0, 0.0]]), torch.tensor([[0, 0, 1]]), pm), [[0.707, 0.0, -0.707]])
-    # turn 1 has no policy token: its reward 5 is dropped (it has no token to sit on), as place_at_turn_end
+def test_reinforce_pp_drops_the_reward_of_a_turn_without_policy_tokens():
     r, tid, pm = torch.tensor([[1.0, 5.0, 0.0]]), torch.tensor([[0, 1, 2, 2]]), torch.tensor([[True, False, True, False]])
-    G = reinforce_pp_turns(r, tid, pm, eps=0.0) * (0.5 ** 0.5) + 0.5        # undo the whitening of {1, 0}
-    close(G, [[1.0, 0.5, 0.0, 0.5]])                                          # (off-mask tokens read 0 before the undo)
+    G = token_returns(place_at_turn_end(r, tid, pm), pm)                     # turn 1's 5 has no token to sit on
+    close(G, [[1.0, 0.0, 0.0, 0.0]])
+    close(reinforce_pp(place_at_turn_end(r, tid, pm), pm), [[0.707, 0.0, -0.707, 0.0]])
 
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), B=st.integers(1, 9), H=st.integers(1, 5), drop=st.floats(0.0, 0.5),
        dtype=st.sampled_from([torch.float32, torch.float64]))
-def test_reinforce_pp_turn_path_equals_the_token_scan(seed, B, H, drop, dtype):
-    """gamma = 1, no KL: the registry's per-turn path == reinforce_pp over rewards placed at turn ends.
+def test_reinforce_pp_registry_is_the_token_scan_and_the_reference(seed, B, H, drop, dtype):
+    """The registry entry runs reinforce_pp over rewards placed at turn ends, and equals the loop reference.
 
     Random layouts with left / right padding, observation tokens, and valid turns whose policy tokens
     were all dropped (their reward has no token to sit on)."""
@@ -185,17 +161,14 @@ def test_reinforce_pp_turn_path_equals_the_token_scan(seed, B, H, drop, dtype):
     assert (out[~pm] == 0).all()
     assert torch.allclose(ESTIMATORS["reinforce_pp"](b, gamma=0.9),
                           reinforce_pp(place_at_turn_end(reward, tid, pm), pm, gamma=0.9), atol=1e-5)
+    assert torch.allclose(out, REFERENCE["reinforce_pp"](b), atol=1e-5 if dtype == torch.float32 else 1e-10)
 
 
-def test_masked_whiten_inplace_and_autograd():
+def test_masked_whiten_values_and_autograd():
     x = torch.tensor([1.0, 2.0, 3.0, 9.0])
     m = torch.tensor([True, True, True, False])
-    ref = masked_whiten(x.clone(), m)
-    buf = x.clone()
-    assert torch.equal(masked_whiten(buf, m, inplace=True), ref) and buf[3] == 0
-    close(ref, [-1.0, 0.0, 1.0, 0.0])
+    close(masked_whiten(x, m), [-1.0, 0.0, 1.0, 0.0])
+    assert masked_whiten(x, m, zero_outside=False)[3] > 1                 # verl keeps the whitened value off the mask
     w = x.clone().requires_grad_()
-    masked_whiten(w * 1.0, m, inplace=True)[0].backward()                  # in place on a graph tensor: still differentiable
+    masked_whiten(w, m)[0].backward()
     assert torch.isfinite(w.grad).all() and w.grad[3] == 0
-    with pytest.raises(ValueError, match="inplace"):
-        masked_whiten(x.clone(), m, inplace=True, zero_outside=False)

@@ -13,8 +13,10 @@ from toyrl.envs import ENVS, VOID, make_core, mix64
 from toyrl.envs.gridworld import MAPS, GridCore, map_to_array, random_map, shortest_path
 
 ENV_IDS = [gym_id for gym_id, _ in ENVS.values()]
-# a slippery GridWorld exercises the core's random stream; the others are deterministic given the task
-VARIANTS = [(gym_id, {}) for gym_id in ENV_IDS] + [("toyrl/GridWorld-v0", {"slip": 0.3})]
+# a slippery GridWorld exercises the core's random stream; the others are deterministic given the task;
+# short MockSearch passages seen word by word exercise its other distractor count and token view
+VARIANTS = [(gym_id, {}) for gym_id in ENV_IDS] + [("toyrl/GridWorld-v0", {"slip": 0.3}),
+                                                   ("toyrl/MockSearch-v0", {"passage_words": 40, "token_view": "word"})]
 
 
 def make(gym_id, **kw):

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
+from toyrl.cli import main as cli_main
+from toyrl.envs import make_core
+from toyrl.policies import HFPolicy
+from toyrl.policies.factory import build_policy, is_policy_name
+from toyrl.rollout import recompute_logp, rollout
+from toyrl.train import RunLog, TrainConfig
+
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
-
-from toyrl.cli import main as cli_main                           # noqa: E402
-from toyrl.envs import make_core                                 # noqa: E402
-from toyrl.policies import HFPolicy                              # noqa: E402
-from toyrl.policies.factory import build_policy, is_policy_name  # noqa: E402
-from toyrl.rollout import recompute_logp, rollout                # noqa: E402
-from toyrl.train import RunLog, TrainConfig                      # noqa: E402
 
 
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext|>{% endfor %}"

@@ -1,5 +1,6 @@
-"""MockSearch: KB reproducibility, gymnasium checker, determinism, snapshot replay, state keys, the
-text codec, batched-vs-single equivalence, the oracle and the checkable turn signals."""
+"""MockSearch: KB reproducibility, long noisy passages (hand-checked on a tiny KB, then the shipped
+one), both token views, gymnasium checker, determinism, snapshot replay, state keys, the text
+codec, batched-vs-single equivalence, the oracle and the checkable turn signals."""
 from __future__ import annotations
 
 import json
@@ -12,8 +13,9 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toyrl.envs import mock_search
+from toyrl.envs import kb
 from toyrl.envs.core import VOID
+from toyrl.envs.kb import draw_distractors, max_distractors, passage_pieces
 from toyrl.envs.mock_search import (DEFAULT_KB_PATH, UNK, MockSearchEnv, SearchCore, build_kb, load_kb,
                                     oracle_actions)
 
@@ -38,7 +40,7 @@ def test_shipped_kb_equals_build_kb_0():
 
 
 def test_missing_default_kb_falls_back_to_build_kb(monkeypatch, tmp_path):
-    monkeypatch.setattr(mock_search, "DEFAULT_KB_PATH", tmp_path / "missing.json")
+    monkeypatch.setattr(kb, "DEFAULT_KB_PATH", tmp_path / "missing.json")
     assert load_kb() == build_kb(0)
     assert SearchCore(1).entities == CORE.entities
 
@@ -63,6 +65,162 @@ def test_kb_is_consistent():
         assert q["answer"] in facts[chain[-1]].values() and q["answer"] not in chain
     words = re.compile(r"\b(" + "|".join(re.escape(v) for v in CORE.values) + r")\b")
     assert not any(words.search(s) for s in kb["noise"])          # distractors never hold a value
+
+
+# ---- passages: hand-checked on a tiny KB ----------------------------------------------------------
+# Aland's document: "About Aland, a country." (4 words) + "Aland was founded in 1300." (5 words) = 9 words
+TINY = {"entities": [{"name": "Aland", "type": "country", "facts": {"founded": "1300"}},
+                     {"name": "Bor", "type": "country", "facts": {"founded": "1400"}}],
+        "noise": ["Songs are old.", "Guides are grey.", "Roads are long.", "Springs are blue."],
+        "questions": [{"id": 0, "text": "In what year was Aland founded?", "hops": 1, "chain": ["Aland"],
+                       "answer": "1300"}]}
+
+
+def tiny(seed=0, **kw):
+    core = SearchCore(1, kb=TINY, seed=seed, **kw)
+    core.reset([[0]])
+    return core
+
+
+def test_max_distractors_hand_checked():
+    assert max_distractors(np.array([3, 5]), np.array([2, 4, 2]), 6) == 2          # 3 + 2 + 2 >= 6
+    assert max_distractors(np.array([3, 5]), np.array([2, 4, 2]), 3) == 0          # the document suffices
+    assert max_distractors(np.array([3, 5]), np.array([2, 4, 2]), 11) == 3         # 3 + 8 = 11
+    with pytest.raises(ValueError, match="passage_words must be <= 11"):
+        max_distractors(np.array([3, 5]), np.array([2, 4, 2]), 12)
+
+
+def test_draw_distractors_fills_to_passage_words():
+    rng = np.random.default_rng(0)
+    doc_len, doc_words, noise_words = np.array([3, 3, 2]), np.array([30, 50, 44]), np.array([10, 10, 10])
+    ids, pos = draw_distractors(rng, doc_len, doc_words, noise_words, 2, passage_words=45)
+    assert ((ids >= 0).sum(1) == [2, 0, 1]).all()                  # 30 + 20, 50 alone, 44 + 10
+    used = ids[0][ids[0] >= 0]
+    assert len(set(used.tolist())) == 2 and set(used.tolist()) <= {0, 1, 2}
+    assert ((pos >= 1) & (pos <= doc_len[:, None])).all()          # after the title, up to the end
+    ids, pos = draw_distractors(rng, doc_len, doc_words, noise_words, 2, shuffle=False)
+    assert (ids >= 0).all() and (pos == doc_len[:, None]).all()    # a fixed count, all at the end
+
+
+def test_passage_pieces_hand_checked():
+    assert passage_pieces(2, np.array([7, -1, 3]), np.array([1, 1, 2])) == [
+        (False, 0), (True, 7), (False, 1), (True, 3)]
+    assert passage_pieces(1, np.array([-1]), np.array([1])) == [(False, 0)]
+
+
+def test_tiny_passage_holds_the_fact_iff_retrieved():
+    core = tiny(passage_words=15)                                  # 9 words + 2 distractors of 3 = 15
+    _, _, _, _, info = core.step(np.array([0]))                    # search[Aland]: the answer's document
+    text = core.result_text(0)
+    assert len(text.split()) == 15 and "Aland was founded in 1300." in text and info["contains_answer"][0]
+    assert text.startswith("About Aland, a country.") and sum(s in text for s in TINY["noise"]) == 2
+    _, _, _, _, info = core.step(np.array([1]))                    # search[Bor]: not retrieved
+    assert "1300" not in core.result_text(0) and not info["contains_answer"][0]
+    assert len(core.result_text(0).split()) == 15
+
+
+def test_tiny_token_views_hand_checked():
+    core, word = tiny(passage_words=15), tiny(passage_words=15, token_view="word")
+    core.step(np.array([0]))
+    word.step(np.array([0]))
+    # result of search [ aland ] : (7) + about aland , a country . (6) + aland was founded in 1300 . (6)
+    assert len(core.obs_tokens(0)) == 7 + 6 + 6 + 2                # + one token per distractor
+    assert len(word.obs_tokens(0)) == 7 + 6 + 6 + 2 * 4            # + songs are old . per distractor
+    assert word.decode(word.obs_tokens(0)).count("1300") == 1 == core.decode(core.obs_tokens(0)).count("1300")
+    assert core.obs_vocab_size == word.obs_vocab_size
+
+
+def test_tiny_fact_position_varies_with_the_seed():
+    places = set()
+    for seed in range(20):
+        core = tiny(seed, passage_words=15)
+        core.step(np.array([0]))
+        places.add(core.passage(0).index((False, 1)))              # where the fact sentence sits
+    assert places == {1, 2, 3}                                     # before, between and after the distractors
+
+
+# ---- passages on the shipped KB ------------------------------------------------------------------
+def _searched(seed=0, n=64, **kw):
+    core = SearchCore(n, seed=seed, **kw)
+    core.reset(core.sample_tasks(np.random.default_rng(seed), n))
+    _, _, _, _, info = core.step(np.random.default_rng(seed).integers(core.n_entities, size=n))
+    return core, info
+
+
+@pytest.mark.parametrize("passage_words", [40, 200, 300])
+def test_passage_length_within_stated_range(passage_words):
+    core, _ = _searched(passage_words=passage_words)
+    longest = max(len(s.split()) for s in core.noise_pool)
+    words = [len(core.result_text(i).split()) for i in range(core.num_envs)]
+    assert all(passage_words <= w < passage_words + longest for w in words), words
+    assert core.noise_sentences >= max((core.state["noise"] >= 0).sum(1))
+
+
+def test_default_passage_is_long_and_deterministic():
+    core, info = _searched(seed=3)
+    again, _ = _searched(seed=3)
+    other, _ = _searched(seed=4)
+    texts = [core.result_text(i) for i in range(64)]
+    assert all(200 <= len(t.split()) < 215 for t in texts)
+    assert texts == [again.result_text(i) for i in range(64)]
+    assert texts != [other.result_text(i) for i in range(64)]
+    for i, t in enumerate(texts):                                  # the fact is there iff the document has it
+        assert info["contains_answer"][i] == (re.search(r"\b" + re.escape(core.answer(i)) + r"\b", t) is not None)
+
+
+def test_fact_position_varies_on_shipped_kb():
+    core = SearchCore(64, seed=0)
+    core.reset([[0]])
+    e = core.q_chain[0][-1]                                        # the document that holds the answer
+    _, _, _, _, info = core.step(np.full(64, e))
+    assert info["contains_answer"].all()
+    fact = [j for j, s in enumerate(core.docs[e]) if re.search(r"\b" + re.escape(core.answer(0)) + r"\b", s)][0]
+    at = [core.passage(i).index((False, fact)) for i in range(64)]  # sentence index of the fact in the passage
+    assert len(set(at)) >= 8 and min(at) >= 1                      # anywhere after the title
+
+
+def test_noise_sentences_and_bare_document_settings():
+    core, _ = _searched(noise_sentences=4)
+    assert ((core.state["noise"] >= 0).sum(1) == 4).all() and core.passage_words is None
+    bare, _ = _searched(passage_words=0)
+    assert all(bare.result_text(i) == " ".join(bare.docs[bare.state["last"][i]]) for i in range(64))
+    for bad in [dict(passage_words=10_000), dict(passage_words=-1), dict(noise_sentences=1000),
+                dict(token_view="char")]:
+        with pytest.raises(ValueError):
+            SearchCore(1, **bad)
+
+
+def test_token_views_lengths_on_shipped_kb():
+    core, _ = _searched()
+    word, _ = _searched(token_view="word")
+    n_sent = [len(core.obs_tokens(i)) for i in range(64)]
+    n_word = [len(word.obs_tokens(i)) for i in range(64)]
+    assert all(40 <= n <= 70 for n in n_sent), n_sent               # the default toy view
+    assert all(200 <= n <= 260 for n in n_word), n_word             # hundreds of tokens
+    for i in range(64):                                             # one token per distractor in the sentence view
+        n_noise = int((core.state["noise"][i] >= 0).sum())
+        assert sum(t >= core.obs_vocab_size - len(core.noise_pool) for t in core.obs_tokens(i)) == n_noise
+        assert UNK not in core.obs_tokens(i) and UNK not in word.obs_tokens(i)
+
+
+def test_noise_stream_does_not_depend_on_the_search():
+    a, b = SearchCore(1, seed=5), SearchCore(1, seed=5)
+    a.reset([[0]]), b.reset([[0]])
+    a.step(np.array([0])), b.step(np.array([7]))                    # documents of other lengths
+    a.step(np.array([3])), b.step(np.array([3]))
+    assert a.result_text(0) == b.result_text(0)
+
+
+def test_distractor_words_are_tinylm_words():
+    """Every distractor word is one token of the shipped TinyLM tokenizer, so a passage costs a token
+    per word (and space) there rather than a token per character."""
+    torch = pytest.importorskip("torch")
+    from toyrl.policies.tinylm import DEFAULT_CHECKPOINT
+    if not DEFAULT_CHECKPOINT.exists():
+        pytest.skip("no shipped TinyLM checkpoint")
+    words = set(torch.load(DEFAULT_CHECKPOINT, map_location="cpu", weights_only=True)["words"])
+    pieces = {w for s in CORE.noise_pool for w in re.findall(r"[A-Za-z]{2,}", s)}
+    assert pieces and pieces <= words, pieces - words
 
 
 # ---- gymnasium ----------------------------------------------------------------------------------

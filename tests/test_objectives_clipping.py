@@ -19,7 +19,8 @@ def close(a, b, tol=1e-4):
 
 def test_registry_is_complete():
     assert set(CLIP_SCHEMES) == {"ppo", "dual_clip", "clip_higher", "gspo", "gmpo", "turn_ppo", "sorl", "cispo", "sapo",
-                                 "loop", "a2tgpo", "tis", "clip_cov", "kl_cov", "gpg"}
+                                 "loop", "a2tgpo", "tis", "clip_cov", "kl_cov", "gpg", "dppo_tv", "dppo_kl", "dro", "luspo",
+                                 "vespo"}
     assert CLIP_SCHEMES["gspo"].level == "sequence" and CLIP_SCHEMES["turn_ppo"].level == "turn"
     assert CLIP_SCHEMES["clip_higher"].hyperparameters()["eps_high"] == 0.28
     assert CLIP_SCHEMES["gspo"].hyperparameters() == {"eps_low": 3e-4, "eps_high": 4e-4}

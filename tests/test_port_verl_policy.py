@@ -12,14 +12,18 @@ ca = load_core_algos()
 pytestmark = pytest.mark.skipif(ca is None, reason="verl 0.9.1 (or one of its imports) is not installed")
 
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-NAMES = ["vanilla", "gspo", "cispo", "sapo", "geo_mean", "gpg"]
+NAMES = ["vanilla", "gspo", "cispo", "sapo", "geo_mean", "gpg", "dppo_tv", "dppo_kl", "dro"]
 SETTINGS = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 2.5,
             "tau_pos": 1.0, "tau_neg": 1.05}
+DRO_BETA = 0.05
+VP_SETTINGS = dict(SETTINGS, policy_loss={"dro_beta": DRO_BETA})
 
 
 def verl_config(**extra):
     from verl.workers.config import ActorConfig
-    cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1, **SETTINGS)
+    from verl.workers.config.actor import PolicyLossConfig
+    cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1,
+                      policy_loss=PolicyLossConfig(dro_beta=DRO_BETA), **SETTINGS)
     cfg.global_batch_info.update(extra)
     return cfg
 
@@ -60,7 +64,7 @@ def test_policy_losses_match_verl(name, mode):
         old, logp, adv, mask, w = data(seed, scale=scale)
         for weights in (None, w):
             ref = run(ca.get_policy_loss_fn(name), old, logp, adv, mask, mode, cfg, weights)
-            assert_same(ref, run(vp.get_policy_loss_fn(name), old, logp, adv, mask, mode, dict(SETTINGS), weights))
+            assert_same(ref, run(vp.get_policy_loss_fn(name), old, logp, adv, mask, mode, dict(VP_SETTINGS), weights))
 
 
 def test_config_forms_and_global_batch_info():
@@ -129,7 +133,9 @@ def test_kl_penalty_matches_verl(name):
 def test_registry_and_errors():
     assert set(vp.POLICY_LOSS_REGISTRY) == set(NAMES)
     with pytest.raises(ValueError, match="Unsupported loss mode"):
-        vp.get_policy_loss_fn("dppo_tv")
+        vp.get_policy_loss_fn("bypass_mode")
+    with pytest.raises(ValueError, match="dro_beta"):
+        vp.get_policy_loss_fn("dro")(*data(0)[:4], "token-mean", dict(SETTINGS))
     with pytest.raises(NotImplementedError):
         vp.kl_penalty(torch.zeros(2), torch.zeros(2), "full")
     with pytest.raises(ValueError, match="kl_penalty must be one of"):

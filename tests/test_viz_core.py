@@ -1,26 +1,18 @@
 """The pure functions behind notebooks 00-03: every widget callback over its slider range, small sizes.
 
-Outputs must be finite and correctly shaped; figures are drawn with the Agg backend and closed.
+Outputs must be finite and correctly shaped, and each figure must draw those outputs (the arrays behind
+its lines, bars and images, the numbers its titles name); figures use the Agg backend (conftest).
 """
 from __future__ import annotations
 
 import json
 
-import matplotlib
+import numpy as np
+import pytest
+from conftest import bar_heights, image_data, line_data
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from toyrl.credit import ESTIMATORS  # noqa: E402
-from toyrl.viz import credit, echo, plots, ratios, trajectory  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
+from toyrl.credit import ESTIMATORS
+from toyrl.viz import credit, echo, plots, ratios, trajectory
 
 
 # ---- plots -------------------------------------------------------------------------------------
@@ -30,7 +22,11 @@ def test_smooth_and_log_columns():
     cols = plots.log_columns([{"a": 1.0}, {"a": None}, {}], ["a"])
     assert np.isnan(cols["a"][1:]).all() and cols["a"][0] == 1.0
     fig = plots.plot_log([{"step": i, "a": float(i)} for i in range(5)], ["a"], window=2, marks={"x": 2, "y": None})
-    assert len(fig.axes) == 1
+    ax, = fig.axes
+    raw, smoothed = ax.get_lines()[:2]
+    np.testing.assert_allclose(raw.get_ydata(), np.arange(5.0))
+    np.testing.assert_allclose(smoothed.get_ydata(), plots.smooth(np.arange(5.0), 2))
+    assert list(line_data(ax)) == ["x (step 2)"] and ax.get_title() == "a"   # y: None is not marked
 
 
 # ---- trajectory (notebook 00) --------------------------------------------------------------------
@@ -57,16 +53,36 @@ def test_rollout_views_agree(env, policy):
 @pytest.mark.parametrize("seed", [0, 5])
 def test_rollout_figure_range(row, seed):
     for env in ("gridworld", "mock_search"):
-        fig = trajectory.rollout_figure(env, row=row, seed=seed, policy="expert" if seed else "tiny")
-        assert len(fig.axes) == 2
+        policy = "expert" if seed else "tiny"
+        top, bot = trajectory.rollout_figure(env, row=row, seed=seed, policy=policy).axes
+        ro, _, _ = trajectory.sample_rollout(env, n=4, seed=seed, policy=policy)
+        view = trajectory.flat_view(ro, min(row, ro.batch.B - 1))
+        shown = min(len(view["tokens"]), 80)
+        assert len(top.patches) == shown                                       # one coloured cell per token
+        assert len(bot.patches) == shown                                       # the same tokens, by turn
+        assert top.get_title() == (f"flat view: row {min(row, ro.batch.B - 1)}, {len(view['tokens'])} tokens "
+                                   f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)")
     ro, core, _ = trajectory.sample_rollout("gridworld", n=4, seed=seed)
-    assert len(trajectory.plot_turn_strips(ro, core).axes) == 4
+    axes = trajectory.plot_turn_strips(ro, core).axes
+    assert [ax.get_title() for ax in axes] == [f"row {r}: R={float(ro.batch.outcome()[r]):.0f}" for r in range(4)]
+    for r, ax in enumerate(axes):
+        view = trajectory.flat_view(ro, r)
+        first = int(np.argmax(view["policy_mask"]))
+        in_turns = (view["turn_id"] >= 0) & (view["turn_id"] < 8) & (np.arange(len(view["turn_id"])) >= first)
+        assert len(ax.patches) == int(in_turns.sum())                        # the tokens of the first 8 turns
 
 
 def test_plot_training_on_rows():
     rows = [{"step": i, "reward_mean": i / 10, "success_rate": 0.5, "reward_std": 0.1, "entropy": 1.0,
              "turns_per_episode": 4.0, "void_turn_rate": 0.0} for i in range(8)]
-    assert len(trajectory.plot_training(rows).axes) == 6
+    axes = trajectory.plot_training(rows).axes
+    keys = ("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode", "void_turn_rate")
+    assert [ax.get_title() for ax in axes] == list(keys)
+    for ax, k in zip(axes, keys):
+        raw = ax.get_lines()[0]
+        np.testing.assert_allclose(raw.get_xdata(), np.arange(8))
+        np.testing.assert_allclose(raw.get_ydata(), [r[k] for r in rows])
+    np.testing.assert_allclose(axes[0].get_lines()[1].get_ydata(), plots.smooth(np.arange(8) / 10, 5))
 
 
 # ---- credit (notebook 01) ------------------------------------------------------------------------
@@ -106,10 +122,17 @@ def test_credit_spread_example():
 @pytest.mark.parametrize("gamma", [0.5, 0.75, 1.0])
 @pytest.mark.parametrize("omega", [0.0, 1.0, 2.0])
 def test_credit_panel_range(gamma, omega):
+    cb = credit.make_credit_batch(group_size=4, slip=0.2)
     for est in ("gigpo", "gae", "archer"):
         fig = credit.credit_panel(est, gamma=gamma, omega=omega, group_size=4, slip=0.2)
-        assert len(fig.axes) >= 3
-    cb = credit.make_credit_batch(group_size=4, slip=0.2)
+        adv = credit.all_advantages(cb, ["grpo", est], gamma=gamma, omega=omega)
+        for ax, name in zip(fig.axes[:2], ("grpo", est)):
+            shown = image_data(ax)                                             # (H, B): turns x trajectories
+            np.testing.assert_allclose(shown.filled(0), (adv[name] * cb.mask).T, atol=1e-6)
+            assert (shown.mask == ~cb.mask.T).all()                           # padding turns left blank
+        assert fig.axes[1].get_title() == f"{est} (gamma={gamma}, omega={omega})"
+        count = image_data(fig.axes[2])
+        np.testing.assert_allclose(count, credit.anchor_map(cb, 0, gamma)[0])  # the anchor-state counts
     count, per_action = credit.anchor_map(cb, 0, gamma)
     assert count.shape == (4, 4) and per_action.shape == (4, 4, 5)
     assert count.sum() == cb.mask[cb.batch.group.numpy() == 0].sum()
@@ -122,7 +145,11 @@ def test_plot_estimators_grid():
     cb = credit.make_credit_batch(group_size=4)
     adv = credit.all_advantages(cb)
     fig = credit.plot_estimators(adv, cb.mask, success=cb.success)
-    assert len([a for a in fig.axes if a.images]) == len(ESTIMATORS)
+    panels = [a for a in fig.axes if a.images]
+    assert [a.get_title() for a in panels] == list(adv) and len(panels) == len(ESTIMATORS)
+    for ax in panels:
+        np.testing.assert_allclose(image_data(ax).filled(0), (adv[ax.get_title()] * cb.mask).T, atol=1e-6)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["+" if s else "." for s in cb.success]
 
 
 # ---- echo (notebook 02) --------------------------------------------------------------------------
@@ -152,10 +179,22 @@ def test_shipped_echo_runs_support_the_notebook():
 @pytest.mark.parametrize("critic", [False, True])
 @pytest.mark.parametrize("clip_higher", [False, True])
 def test_echo_panel_range(filter_on, top_p, critic, clip_higher):
+    v = echo.variant_name(filter_on, top_p, critic, clip_higher)
+    assert v in echo.VARIANTS
+    runs = echo.load_runs(variant=v)
     for seed in (0, 1):
-        fig = echo.echo_panel(filter_on, top_p, critic, clip_higher, seed)
-        assert len(fig.axes) == 2
-    assert echo.variant_name(filter_on, top_p, critic, clip_higher) in echo.VARIANTS
+        left, right = echo.echo_panel(filter_on, top_p, critic, clip_higher, seed).axes
+        log = runs[(v, seed)]
+        s, m = echo.collapse_steps(log)
+        assert left.figure.texts[0].get_text() == f"{v}, seed {seed}: std drop at {s}, mean drop at {m}"
+        drawn = line_data(left)
+        cols = plots.log_columns(log, ["reward_mean", "reward_std"])
+        for k in ("reward_mean", "reward_std"):
+            np.testing.assert_allclose(drawn[k][1], plots.smooth(cols[k], 5), equal_nan=True)
+        marks = {lab: x[0] for lab, (x, _) in drawn.items() if "(step" in lab}
+        assert marks == {f"{lab} (step {x})": x for lab, x in (("std drop", s), ("mean drop", m)) if x is not None}
+        assert set(line_data(right)) >= {f"{k} (nats)" for k in ("template_entropy", "template_mi")
+                                         if k in log.rows[0]}
 
 
 def test_echo_precompute_and_live(tmp_path):
@@ -164,7 +203,7 @@ def test_echo_precompute_and_live(tmp_path):
     assert len(paths) == 1 and len(runs[("grpo", 0)].rows) == 2
     assert set(runs[("grpo", 0)].rows[0]) == set(echo.KEEP_KEYS)
     fig = echo.echo_panel(seed=0, live=True, steps=2)
-    assert len(fig.axes) == 2
+    assert len(fig.axes) == 2 and len(line_data(fig.axes[0])["reward_mean"][1]) == 2   # the 2 steps just trained
     with pytest.raises(FileNotFoundError):
         echo.echo_panel(seed=9, data_dir=tmp_path)
 
@@ -199,7 +238,18 @@ def test_ratio_level_ordering_and_panel():
     assert st["token"]["ratio_max"] >= st["turn"]["ratio_max"] - 1e-5 >= st["sequence"]["ratio_max"] - 2e-5
     g = ratios.ratio_stats("gridworld", "token", "ppo", 1.0, 3, True)
     assert g["grad_norm_turn"].shape == g["ratio_max_turn"].shape and np.isfinite(g["grad_norm_turn"]).all()
-    assert len(ratios.ratio_panel("turn", "sapo", 2.0, 1, False).axes) >= 3
-    assert len(ratios.plot_schemes(ratios.compare_schemes(("ppo", "cispo"), staleness=1)).axes) == 2
+    fig = ratios.ratio_panel("turn", "sapo", 2.0, 1, False)
+    s = ratios.ratio_stats("mock_search", "turn", "sapo", 2.0, 1, False)
+    hist, extremes, grads = fig.axes[:3]
+    pol, env = bar_heights(hist)                                               # log-ratio histograms
+    assert pol.sum() == (s["mask"] & s["policy"]).sum() and env.sum() == (s["mask"] & ~s["policy"]).sum()
+    assert hist.get_title() == f"staleness 1: ratio in [{s['ratio_min']:.2f}, {s['ratio_max']:.2f}]"
+    np.testing.assert_allclose(line_data(extremes)["max ratio"][1], s["ratio_max_turn"], rtol=1e-6)
+    np.testing.assert_allclose(bar_heights(grads)[0], s["grad_norm_turn"], rtol=1e-6)
+    assert grads.get_title() == f"grad norm per turn (total {s['grad_norm']:.3f})"
+    stats = ratios.compare_schemes(("ppo", "cispo"), staleness=1)
+    frac, norm = ratios.plot_schemes(stats).axes
+    np.testing.assert_allclose(bar_heights(frac)[0], [stats[n]["grad_token_frac"] for n in ("ppo", "cispo")])
+    np.testing.assert_allclose(bar_heights(norm)[0], [stats[n]["grad_norm"] for n in ("ppo", "cispo")])
     m = ratios.compare_masking(2)
     assert m["unmasked"]["env_grad_share"] > 0.9

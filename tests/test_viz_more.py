@@ -1,32 +1,20 @@
 """Tests of the viz modules of notebooks 4-8 and 10: worked examples, and every panel's pure function over
-its whole slider range (corners of each range, small sizes)."""
+its whole slider range (corners of each range, small sizes), asserting on the data each panel draws."""
 from __future__ import annotations
 
 import itertools
 from dataclasses import replace
 
-import matplotlib
+import ipywidgets as widgets
+import numpy as np
+import pytest
+import torch
+from conftest import assert_curves_drawn, bar_heights, fake_sweep, line_data
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from toyrl.exercises import check  # noqa: E402
-from toyrl.viz import aggregation, context, critics, prototype, trees, void  # noqa: E402
-from toyrl.viz.prototype import RUNS_DIR, load_sweep  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
-def _fake_sweep(arms, keys, S=2, N=6):
-    rng = np.random.default_rng(0)
-    return {a: {k: rng.random((S, N)).tolist() for k in keys} for a in arms}
+from toyrl.exercises import check, matches
+from toyrl.viz import aggregation, context, critics, prototype, trees, void
+from toyrl.viz.plots import bind
+from toyrl.viz.prototype import RUNS_DIR, arm_curves, load_sweep
 
 
 # ---- prototype (shared helpers) -----------------------------------------------------------------
@@ -42,6 +30,43 @@ def test_save_load_roundtrip(tmp_path):
     p = prototype.save_sweep(tmp_path / "s.json", sweep, {"seeds": [0]})
     back, meta = load_sweep(p)
     assert meta == {"seeds": [0]} and back["a"]["x"][0][0] == 1.0 and np.isnan(back["a"]["x"][0][1])
+
+
+def test_arm_curves_example_and_smoothing():
+    c = arm_curves({"a": {"r": [[0.0, 1.0], [2.0, 3.0]]}, "b": {"s": [[1.0]]}}, "r")
+    assert list(c) == ["a"]                                                    # b did not log r
+    np.testing.assert_allclose(c["a"]["x"], [0, 1])
+    np.testing.assert_allclose(c["a"]["mean"], [1.0, 2.0])
+    np.testing.assert_allclose(c["a"]["se"], [1 / np.sqrt(2)] * 2)
+    sw = fake_sweep(["a"], ["r", "tokens_generated"], S=3, N=5)
+    raw = np.asarray(sw["a"]["r"])
+    big = arm_curves(sw, "r", smooth_w=10)["a"]["mean"]                          # window > N: running mean
+    np.testing.assert_allclose(big, (np.cumsum(raw, 1) / np.arange(1, 6)).mean(0))
+    tok = arm_curves(sw, "r", x="tokens")["a"]["x"]
+    np.testing.assert_allclose(tok, np.cumsum(np.mean(sw["a"]["tokens_generated"], 0)))
+    assert np.all(np.diff(tok) > 0)
+
+
+def test_sweep_precompute(tmp_path):
+    cfg = replace(prototype.prototype_arms(1)["grpo"], prompts_per_step=1, group_size=2)
+    make = prototype.sweep_precompute("topic/s.json", lambda steps: {"grpo": replace(cfg, steps=steps)},
+                                      ("reward_mean",), 1, "toyrl.viz.prototype")
+    path = make(tmp_path / "topic", seeds=(0,))
+    sweep, meta = load_sweep(path)
+    assert path == tmp_path / "topic" / "s.json" and "data/runs/topic/s.json" in make.__doc__
+    assert meta == {"seeds": [0], "steps": 1, "command": "python -m toyrl.viz.prototype"}
+    assert np.asarray(sweep["grpo"]["reward_mean"]).shape == (1, 1)
+
+
+def test_bind_gives_widgets_their_data():
+    sweep = fake_sweep(critics.critic_arms(), critics.KEYS)
+    cb = bind(prototype.curve_panel, sweep)
+    assert cb.__name__ == "curve_panel" and cb.args == (sweep,)
+    w = widgets.interactive(cb, metric=["success_rate", "grad_norm"], smooth=(1, 10))
+    assert [c.description for c in w.children[:-1]] == ["metric", "smooth"]
+    w.children[0].value = "grad_norm"                                          # the slider moves: a new figure
+    assert w.result.axes[0].get_title() == "grad_norm"
+    assert_curves_drawn(w.result.axes[0], arm_curves(sweep, "grad_norm", smooth_w=5))
 
 
 def test_compare_tiny():
@@ -86,14 +111,38 @@ def test_void_gradients_small():
     cfg = replace(void.base_config(bc_steps=0), prompts_per_step=1, group_size=4)
     g = void.void_gradients(cfg)
     assert g["score_norm"].shape == (4,) and len(g["grad_turn"]) == len(g["void_rate_turn"])
-    void.plot_void_gradients(g)
+    hist, turns = void.plot_void_gradients(g)
+    assert sum(h.sum() for h in bar_heights(hist)) == 4                       # every trajectory in one histogram
+    np.testing.assert_allclose(bar_heights(turns)[0], g["grad_turn"])
+    rate = line_data(turns.figure.axes[-1])["void-turn rate"][1]               # the twin axis
+    np.testing.assert_allclose(rate, g["void_rate_turn"])
+    assert ((rate >= 0) & (rate <= 1)).all()
 
 
 @pytest.mark.parametrize("metric,smooth", list(itertools.product(
     ("void_turn_rate", "void_traj_rate", "success_rate", "reward_mean", "kept_frac"), (1, 10))))
 def test_void_panel_range(metric, smooth):
-    sweep = _fake_sweep(void.void_arms(), void.KEYS)
-    void.plot_void_panel(sweep, list(sweep)[:2], key=metric, smooth_w=smooth)
+    sweep = fake_sweep(void.void_arms(), void.KEYS)
+    arms = list(sweep)[:2]
+    left, right = void.plot_void_panel(sweep, arms, key=metric, smooth_w=smooth).axes
+    assert (left.get_title(), right.get_title()) == (metric, "grad_norm")
+    assert_curves_drawn(left, arm_curves(sweep, metric, arms, smooth))
+    assert_curves_drawn(right, arm_curves(sweep, "grad_norm", arms, smooth))
+    for name in arms:
+        y = line_data(left)[name][1]
+        assert ((y >= 0) & (y < 1)).all()                                      # a mean of numbers in [0, 1)
+        if smooth == 1:
+            np.testing.assert_allclose(y, np.mean(sweep[name][metric], 0))
+
+
+def test_void_panel_toggles():
+    sweep = fake_sweep(void.void_arms(), void.KEYS)
+    names = list(sweep)
+    assert void.toggled_arms(["a", "b", "c"], (True, False, True)) == ["a", "c"]
+    assert void.toggled_arms(["a", "b", "c"], (False,) * 3) == ["a"]
+    fig = void.void_panel(sweep, "kept_frac", 1, grpo=False, filtered=True, penalty=False)
+    assert list(line_data(fig.axes[0])) == [names[1]] and fig.axes[0].get_title() == "kept_frac"
+    assert list(line_data(void.void_panel(sweep).axes[1])) == names
 
 
 # ---- context ---------------------------------------------------------------------------------------
@@ -102,8 +151,21 @@ def test_ratio_bias_panel_range(ctx, k, seed):
     res = context.ratio_bias_per_turn(ctx, k, seed=seed, prompts_per_step=1)
     assert np.abs(res["matched"]).max() < 1e-5                                # matched recompute is exact
     assert np.abs(res["flat"][:k + 1]).max() < 1e-5                           # nothing cut yet
-    context.plot_ratio_bias(res)
+    ax = context.plot_ratio_bias(res)
+    matched, flat = bar_heights(ax)
+    np.testing.assert_allclose(matched, res["matched"])
+    np.testing.assert_allclose(flat, res["flat"])
+    assert len(flat) == len(res["turns"]) and (flat >= 0).all()
+    np.testing.assert_allclose(line_data(ax.figure.axes[-1])["rows with turn k"][1], res["turns"])
+    assert np.all(np.diff(res["turns"]) <= 0)                                  # fewer rows reach later turns
     assert np.isfinite(context.bias_slope(res))
+
+
+def test_bias_panel_names_the_slope():
+    fig = context.bias_panel("last_k", 2, seed=1)
+    res = context.ratio_bias_per_turn("last_k", 2, seed=1)
+    assert fig.axes[0].get_title() == f"context=last_k, k=2: slope {context.bias_slope(res):+.4f} per turn"
+    np.testing.assert_allclose(bar_heights(fig.axes[0])[1], res["flat"])
 
 
 def test_bias_slope_example():
@@ -112,7 +174,11 @@ def test_bias_slope_example():
 
 @pytest.mark.parametrize("metric", context.KEYS)
 def test_context_panel_range(metric):
-    context.plot_context_panel(_fake_sweep(context.context_arms(), context.KEYS), key=metric, smooth_w=10)
+    sweep = fake_sweep(context.context_arms(), context.KEYS)
+    ax = context.plot_context_panel(sweep, key=metric, smooth_w=10).axes[0]
+    assert ax.get_title() == metric
+    assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=10))
+    assert_curves_drawn(prototype.curve_panel(sweep, metric, 10).axes[0], arm_curves(sweep, metric, smooth_w=10))
 
 
 # ---- critics ---------------------------------------------------------------------------------------
@@ -122,7 +188,21 @@ def test_value_panel_range(p_expert, n_train, steps):
     te = critics.collect_grid(16, seed=99, p_expert=p_expert, max_turns=6)
     fits = {p: critics.fit_value(tr, te, privileged=p, steps=min(steps, 40), every=20) for p in (False, True)}
     assert all(np.isfinite(f["test_mse"]).all() for f in fits.values())
-    critics.plot_value_fit(fits)
+    drawn = line_data(critics.plot_value_fit(fits))
+    assert len(drawn) == 2
+    for (label, (x, y)), (p, f) in zip(drawn.items(), fits.items()):
+        assert label == f"{p} (final {f['test_mse'][-1]:.4f})"                # the legend names the final error
+        np.testing.assert_allclose(x, f["step"])
+        np.testing.assert_allclose(y, f["test_mse"])
+        assert (y > 0).all() and x[0] == 0 and x[-1] == min(steps, 40)
+
+
+def test_value_panel_small():
+    ax = critics.value_panel(p_expert=1.0, n_train=16, steps=20, n_test=16).axes[0]
+    drawn = line_data(ax)
+    assert [label.split(" (")[0] for label in drawn] == ["observable", "privileged"]
+    assert all(np.isfinite(y).all() and (y > 0).all() and len(y) == 3 for _, y in drawn.values())
+    assert ax.get_yscale() == "log"
 
 
 def test_collect_grid_returns():
@@ -139,7 +219,11 @@ def test_fit_archer_small():
 
 @pytest.mark.parametrize("metric", ("success_rate", "critic_loss", "grad_norm", "reward_mean"))
 def test_critic_panel_range(metric):
-    critics.plot_critic_panel(_fake_sweep(critics.critic_arms(), critics.KEYS), key=metric, smooth_w=1)
+    sweep = fake_sweep(critics.critic_arms(), critics.KEYS)
+    ax = critics.plot_critic_panel(sweep, key=metric, smooth_w=1).axes[0]
+    assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=1))
+    for name, (x, y) in line_data(ax).items():
+        np.testing.assert_allclose(y, np.mean(sweep[name][metric], 0))         # window 1: the seed mean
 
 
 # ---- trees -----------------------------------------------------------------------------------------
@@ -148,14 +232,31 @@ def test_tree_edges_example():
     assert edges == [(-1, 0), (0, 1), (0, 2)] and depth == {0: 0, 1: 1, 2: 1}
     pos = trees.tree_layout(edges, depth)
     assert pos[0][0] == 0.5 and pos[1][1] == -2
+    assert trees.leaf_outcomes(torch.tensor([[0, 1], [0, 2]]), torch.tensor([[True, True], [True, False]]),
+                               torch.tensor([1.0, 0.0])) == {1: 1.0, 0: 0.0}
 
 
 @pytest.mark.parametrize("strategy,seed,task", [(s, *c) for s in ("tree", "arpo", "patr") for c in ((0, 0), (5, 1))])
 def test_tree_panel_range(strategy, seed, task):
     node, mask, R, stats = trees.sample_tree(strategy, seed=seed, task=task)
-    edges, _ = trees.tree_edges(node, mask)
+    edges, depth = trees.tree_edges(node, mask)
     assert len(edges) <= int(mask.sum()) and stats["leaves"] >= node.shape[0]
-    trees.draw_tree(node, mask, R)
+    pos = trees.tree_layout(edges, depth)
+    ax = trees.draw_tree(node, mask, R)
+    assert len(ax.get_lines()) == len(edges)                                   # one segment per edge
+    for ln, (p, c) in zip(ax.get_lines(), edges):
+        np.testing.assert_allclose(np.c_[ln.get_xdata(), ln.get_ydata()], [pos[p], pos[c]])
+    nodes, leaves = ax.collections[0].get_offsets(), trees.leaf_outcomes(node, mask, R)
+    assert len(nodes) == len(pos) - 1 == len({n for _, n in edges})
+    assert len(ax.collections) == 2 + len(leaves) and set(leaves.values()) <= {0.0, 1.0}
+    assert ax.get_title() == f"{node.shape[0]} leaves, {len(pos) - 1} turn nodes"
+
+
+def test_tree_panel_title():
+    _, _, _, stats = trees.sample_tree("arpo", seed=2, task=1)
+    title = trees.tree_panel("arpo", seed=2, task=1).axes[0].get_title()
+    assert title == (f"arpo, seed 2: {stats['leaves']} leaves in the batch, {stats['tokens_generated']} tokens "
+                     f"(budget {stats['token_budget']})")
 
 
 def test_budget_table_small():
@@ -166,7 +267,14 @@ def test_budget_table_small():
 
 @pytest.mark.parametrize("metric,x", list(itertools.product(trees.KEYS[:4], ("step", "tokens"))))
 def test_tree_curve_panel_range(metric, x):
-    trees.plot_tree_panel(_fake_sweep(trees.tree_arms(), trees.KEYS), key=metric, x=x, smooth_w=10)
+    sweep = fake_sweep(trees.tree_arms(), trees.KEYS)
+    ax = trees.plot_tree_panel(sweep, key=metric, x=x, smooth_w=10).axes[0]
+    curves = arm_curves(sweep, metric, smooth_w=10, x=x)
+    assert_curves_drawn(ax, curves)
+    assert ax.get_xlabel() == ("step" if x == "step" else "tokens generated (cumulative)")
+    for c in curves.values():
+        assert np.all(np.diff(c["x"]) > 0)                                      # steps and token counts grow
+    assert_curves_drawn(trees.tree_curve_panel(sweep, metric, x, 10).axes[0], curves)
 
 
 # ---- aggregation -----------------------------------------------------------------------------------
@@ -182,21 +290,43 @@ def test_token_weights_and_mass_examples():
 
 @pytest.mark.parametrize("short,long,G", list(itertools.product((1, 12), (12, 48), (2, 16))))
 def test_weights_panel_range(short, long, G):
-    aggregation.plot_token_weights([short, (short + long) // 2, long])
-    aggregation.plot_advantage_mass(G)
+    lengths = [short, (short + long) // 2, long]
+    left, right = aggregation.weights_panel(short, long, G).axes
+    w = line_data(left)
+    np.testing.assert_allclose(w["token-mean"][0], sorted(lengths))
+    np.testing.assert_allclose(w["token-mean"][1], 1 / sum(lengths))          # every token weighs the same
+    seq = w["seq-mean-token-mean"][1]
+    np.testing.assert_allclose(seq, 1 / (3 * np.sort(lengths)))
+    assert np.all(np.diff(seq) <= 0)                                           # longer rollout, lighter token
+    mass = line_data(right)
+    assert list(mass) == ["grpo", "dr_grpo", "rloo"]
+    for name, (k, m) in mass.items():
+        np.testing.assert_allclose(k, np.arange(G + 1))
+        np.testing.assert_allclose(m, aggregation.advantage_mass(G)[name])
+        assert m[0] == m[-1] == 0 and np.allclose(m, m[::-1], atol=1e-6)       # no signal at k = 0, G; symmetric
+    assert right.get_xlabel() == f"successes k out of G = {G}"
 
 
 @pytest.mark.parametrize("metric", ("turns_per_episode", "success_rate", "zero_var_frac", "clip_frac", "grad_norm"))
 def test_agg_panel_range(metric):
-    for arms in (aggregation.length_arms(), aggregation.loop_arms()):
-        aggregation.plot_agg_panel(_fake_sweep(arms, aggregation.KEYS), key=metric, smooth_w=10)
+    sweeps = {"length": fake_sweep(aggregation.length_arms(), aggregation.KEYS),
+              "loop": fake_sweep(aggregation.loop_arms(), aggregation.KEYS, seed=1)}
+    for name, sweep in sweeps.items():
+        ax = aggregation.plot_agg_panel(sweep, key=metric, smooth_w=10).axes[0]
+        assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=10))
+        assert_curves_drawn(aggregation.agg_panel(sweeps, name, metric, 10).axes[0], arm_curves(sweep, metric,
+                                                                                               smooth_w=10))
+    assert list(line_data(aggregation.agg_panel(sweeps).axes[0])) == list(sweeps["length"])   # default: the first
 
 
 def test_arms_validate():
+    """Every sweep's arms are valid configs, differ from each other and share one step budget."""
     for arms in (void.void_arms(), context.context_arms(), critics.critic_arms(), trees.tree_arms(),
                  aggregation.length_arms(), aggregation.loop_arms(), prototype.prototype_arms()):
         for cfg in arms.values():
             cfg.validate()
+        assert len({repr(cfg) for cfg in arms.values()}) == len(arms) > 1
+        assert len({cfg.steps for cfg in arms.values()}) == 1
 
 
 # ---- shipped sweeps and exercises ----------------------------------------------------------------
@@ -227,3 +357,8 @@ def test_exercises_wrong_answers_give_hints():
                        ("10.rloo_turns", lambda b: b.turn_reward), ("10.verl_shape", (6, 4))):
         assert check(eid, wrong) is False
     assert check("05.which_recompute", "matched") and check("08.mean_only_mass", lambda k, G: 2 * k * (G - k) / G)
+
+
+def test_matches_example():
+    assert matches([0.5, 0.5], np.array([0.5, 0.5])) and matches(torch.tensor([1.0]), [1.0 + 1e-7])
+    assert not matches([0.5], np.array([0.5, 0.5])) and not matches([0.5, 0.6], [0.5, 0.5])

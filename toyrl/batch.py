@@ -22,7 +22,7 @@ import torch
 
 from .segments import anchor_index, dense_index
 
-__all__ = ["TurnBatch", "turn_to_token", "token_to_turn", "discounted_returns", "mask_to"]
+__all__ = ["TurnBatch", "turn_to_token", "token_to_turn", "discounted_returns"]
 
 # field -> (shape spec, dtype kind); shape letters: B, T, H
 _REQUIRED = {
@@ -168,8 +168,7 @@ class TurnBatch:
     # ---- outcome and returns -----------------------------------------------------------------
     def outcome(self) -> torch.Tensor:
         """Total reward of each rollout R_i = sum_k r_{i,k} over valid turns -> (B,)."""
-        r = self.turn_reward * mask_to(self.turn_mask, self.turn_reward.dtype)       # (B, H)
-        return r @ r.new_ones(self.H)                                            # row sums (faster than .sum(1))
+        return (self.turn_reward * self.turn_mask).sum(1)                           # (B,)
 
     def returns(self, gamma: float = 1.0) -> torch.Tensor:
         """Discounted return-to-go per turn R_{i,k} = sum_{k'>=k} gamma^(k'-k) r_{i,k'} -> (B, H)."""
@@ -220,10 +219,8 @@ def turn_to_token(x_BH: torch.Tensor, turn_id: torch.Tensor, fill: float = 0.0) 
     if x_BH.dim() != 2 or turn_id.dim() != 2 or x_BH.shape[0] != turn_id.shape[0]:
         raise ValueError(f"x_BH must be (B, H) and turn_id (B, T) with the same B, got "
                          f"{tuple(x_BH.shape)} and {tuple(turn_id.shape)}")
-    if x_BH.shape[1] == 0:
-        return torch.full(turn_id.shape, fill, dtype=x_BH.dtype, device=x_BH.device)
-    out = x_BH.gather(1, turn_id.clamp(min=0))                              # (B, T)
-    return out.masked_fill(turn_id < 0, fill)
+    table = torch.nn.functional.pad(x_BH, (1, 0), value=fill)               # (B, H + 1) column 0: padding
+    return table.gather(1, turn_id + 1)                                     # (B, T)
 
 
 _REDUCE = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin", "prod": "prod"}
@@ -244,67 +241,40 @@ def token_to_turn(x_BT: torch.Tensor, turn_id: torch.Tensor, H: int, reduce: str
     elif mask.shape != turn_id.shape:
         raise ValueError(f"mask must have shape (B, T)={tuple(turn_id.shape)}, got {tuple(mask.shape)}")
     B, T = turn_id.shape
-    keep = mask & (turn_id >= 0)
-    flat = (torch.arange(B, device=turn_id.device)[:, None] * H + turn_id.clamp(min=0))  # (B, T)
-    if reduce == "last":
-        pos = torch.arange(T, device=turn_id.device).expand(B, T)
-        last = torch.full((B * H,), -1, dtype=torch.long, device=turn_id.device)
-        last = last.scatter_reduce(0, flat[keep], pos[keep], reduce="amax")
-        got = last >= 0
-        out = torch.zeros(B * H, dtype=x_BT.dtype, device=x_BT.device)
-        rows = torch.div(torch.arange(B * H, device=turn_id.device), H, rounding_mode="floor")
-        out[got] = x_BT[rows[got], last[got]]
-        return out.view(B, H)                                              # (B, H)
+    col = (turn_id + 1) * (mask & (turn_id >= 0))                         # (B, T) turn + 1, or 0: not reduced
+    if reduce == "last":                                                   # x at the largest masked position
+        pos = torch.arange(1, T + 1, device=turn_id.device).expand(B, T)
+        last = col.new_zeros(B, H + 1).scatter_reduce_(1, col, pos, reduce="amax")[:, 1:]   # (B, H) position + 1
+        return x_BT.gather(1, (last - 1).clamp(min=0)) * (last > 0)        # (B, H)
     if reduce not in _REDUCE:
         raise ValueError(f"reduce must be one of {sorted(_REDUCE) + ['last']}, got {reduce!r}")
-    out = torch.zeros(B * H, dtype=x_BT.dtype, device=x_BT.device)
-    out = out.scatter_reduce(0, flat[keep], x_BT[keep], reduce=_REDUCE[reduce], include_self=False)
-    return out.view(B, H)                                                  # (B, H)
+    out = x_BT.new_zeros(B, H + 1).scatter_reduce_(1, col, x_BT, reduce=_REDUCE[reduce], include_self=False)
+    return out[:, 1:]                                                      # (B, H) column 0 held the others
 
 
-def _turns_in_order(turn_id: torch.Tensor, chunk: int = 65536) -> bool:
+def _turns_in_order(turn_id: torch.Tensor) -> bool:
     """True if every row's turn ids never fall below an earlier one, padding (-1) ignored.
 
-    A token is out of order when it is below the running max of its row (cummax). Rows are checked
-    in blocks of ~``chunk`` tokens, so the temporaries stay small (a fresh 16 MB buffer for a
-    1M-token batch costs ~10 ms of page faults; the blocks reuse ~1 MB). Example: [[0, 1, -1, 1]] ->
-    True, [[0, 1, -1, 0]] -> False.
+    A token is out of order when it is below the running max of its row (cummax).
+    Example: [[0, 1, -1, 1]] -> True, [[0, 1, -1, 0]] -> False.
     """
-    step = max(1, chunk // max(turn_id.shape[1], 1))
-    for i in range(0, turn_id.shape[0], step):                             # a loop over row blocks, for memory
-        x = turn_id[i:i + step]                                             # (b, T)
-        if bool(((x < x.cummax(1).values) & (x >= 0)).any()):
-            return False
-    return True
-
-
-def mask_to(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool mask as 0/1 of ``dtype``, read through uint8 (torch's CPU bool -> float copy is ~7x slower).
-
-    Example: mask_to(torch.tensor([True, False]), torch.float32) -> [1., 0.].
-    """
-    return (mask.view(torch.uint8) if mask.dtype == torch.bool else mask).to(dtype)
+    return not bool(((turn_id < turn_id.cummax(1).values) & (turn_id >= 0)).any())
 
 
 def discounted_returns(reward_BH: torch.Tensor, mask_BH: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """Return-to-go over valid turns: R_k = r_k + gamma * R_{k+1}, 0 on invalid turns -> (B, H).
 
-    Invalid turns are skipped (their reward ignored) but do not break the chain. A loop over H on
-    contiguous (H, B) rows: R_k = R_{k+1} * g_k + r_k with g_k = gamma on valid turns (1 and r_k = 0 on
-    the others), the same two roundings as the Python loop ``acc = r + gamma * acc``, so equal reward
-    suffixes give bit-equal returns.
+    Invalid turns are skipped (their reward ignored) but do not break the chain. A loop over the H
+    turns, vectorized over B, with the same two roundings as the Python loop ``acc = r + gamma * acc``,
+    so equal reward suffixes give bit-equal returns (what GiGPO's anchors need for an exact 0).
     Example: r [[0., 0., 1.]], gamma 0.5 -> [[0.25, 0.5, 1.]].
     """
     if reward_BH.dim() != 2 or reward_BH.shape != mask_BH.shape:
         raise ValueError(f"reward and mask must both be (B, H), got {tuple(reward_BH.shape)} and {tuple(mask_BH.shape)}")
-    B, H = reward_BH.shape
     m = mask_BH.to(torch.bool)
-    one = reward_BH.new_ones(())
-    g = torch.where(m.T, one * gamma, one, out=reward_BH.new_empty(H, B))   # (H, B) gamma or 1
-    r = (reward_BH * m.view(torch.uint8)).T.contiguous()                    # (H, B) rewards of valid turns
-    run, rows = reward_BH.new_zeros(B), [None] * H                          # run: R_{k+1}
-    for k in range(H - 1, -1, -1):
-        run = (run * g[k]).add_(r[k])
-        rows[k] = run
-    out = torch.stack(rows).T.contiguous() if H else reward_BH.new_zeros(B, 0)   # (B, H)
-    return out.mul_(m.view(torch.uint8))
+    out = torch.zeros_like(reward_BH)                                         # (B, H)
+    run = reward_BH.new_zeros(reward_BH.shape[0])                             # (B,) R_{k+1}
+    for k in reversed(range(reward_BH.shape[1])):                             # R_k = r_k + gamma R_{k+1}
+        run = torch.where(m[:, k], reward_BH[:, k] + gamma * run, run)        # an invalid turn carries R
+        out[:, k] = run * m[:, k]
+    return out

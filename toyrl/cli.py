@@ -1,28 +1,35 @@
-"""The ``toyrl`` command line: ``toyrl envs | train | sweep | demo | bench NAME``.
+"""The ``toyrl`` command line: ``toyrl envs | train | sweep | demo | demos | reproduce | precompute | pretrain | bench``.
 
-Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``); an unknown
-name prints one line listing the valid names and exits with code 2 (no traceback).
+Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
+``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cliargs``): one flag per
+field by its own name, its docstring as help; ``sweep`` takes several values for any field and runs
+their product. An unknown name prints one line naming the flag and the valid names and exits with
+code 2 (no traceback) before any work starts.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
-import itertools
 import json
 import os
 import sys
 from pathlib import Path
+
+from .cliargs import Given, UsageError, add_fields, check_names, grid, values
+from .credit import ESTIMATORS
+from .envs import ENVS
+from .filters import FILTERS
+from .objectives import AGGREGATIONS, CLIP_SCHEMES, KL_ESTIMATORS, LEVELS
+from .policies.factory import is_policy_name, policy_names
+from .rollout import CONTEXTS
+from .train import TrainConfig
+from .tree import STRATEGIES
 
 BENCHES = {
     "envs": "toyrl.bench.envs",
     "credit": "toyrl.bench.credit",
     "train": "toyrl.bench.train",
 }
-ENV_NAMES = ("gridworld", "bandit_chain", "mock_search")
-
-
-class UsageError(Exception):
-    """A bad name or argument: reported in one line, exit code 2."""
 
 
 def choose(kind: str, name: str, valid) -> str:
@@ -33,94 +40,53 @@ def choose(kind: str, name: str, valid) -> str:
     return name
 
 
-def parse_kv(items, what: str) -> dict:
-    """["gamma=0.9", "norm=mean", "fast=true"] -> {"gamma": 0.9, "norm": "mean", "fast": True}."""
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise UsageError(f"{what} takes KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
+# ---- train flags, generated from TrainConfig (toyrl.cliargs), shared by train and sweep -------------
+ALIASES = {"env_kwargs": ["--env-kw"], "estimator_kwargs": ["--est-kw"], "clip_kwargs": ["--clip-kw"],
+           "filters": ["--filter"], "filter_kwargs": ["--filter-kw"], "prompts_per_step": ["--prompts"],
+           "ppo_epochs": ["--epochs"], "seed": ["--seeds"]}
+"""short option strings kept from earlier versions of the CLI (every field also has its own name)"""
 
 
-# ---- train flags, shared by train and sweep ---------------------------------------------------------
+REGISTRIES = {
+    "env": ("env", ENVS), "policy": ("policy", policy_names(), is_policy_name),
+    "estimator": ("estimator", ESTIMATORS), "clip": ("clip scheme", CLIP_SCHEMES), "ratio": ("ratio level", LEVELS),
+    "agg": ("aggregation", AGGREGATIONS), "kl": ("KL estimator", KL_ESTIMATORS), "filters": ("filter", FILTERS),
+    "filter_kwargs": ("filter", FILTERS), "context": ("context policy", CONTEXTS),
+    "rollout": ("rollout", ("independent",) + STRATEGIES),
+    "autocast": ("autocast", ("bf16", "fp16")),                  # no registry yet: the names policies.factory takes
+}
+"""field -> (what its values name, the registry[, is_valid]): the one source of the valid names of a flag"""
+
+
+TRAIN_SYNTAX = ("values: a bool is --x / --no-x (or --x false); an Optional field also takes none; a list is "
+                "comma-separated or repeated (--filters a,b); a dict is a JSON object or KEY=VALUE tokens with JSON "
+                "values (--env-kwargs map_name=4x4 slip=0.1; a.b=1 sets a nested key)")
+SWEEP_SYNTAX = ("values: one per token (a list as one comma-separated token, none: empty); a dict sweeps each key "
+                "given several values (--est-kw gamma=0.9 gamma=1.0: two runs); --seed defaults to 0 1 2")
+
+
 def add_train_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
-    n = "+" if multi else None
-    p.add_argument("--env", default=["gridworld"] if multi else "gridworld", nargs=n, help="|".join(ENV_NAMES))
-    p.add_argument("--env-kw", action="append", metavar="KEY=VALUE", help="env argument, e.g. map_name=\"4x4\"")
-    p.add_argument("--policy", default="tiny",
-                   help="tiny | small | base (toy presets), tinylm[:PATH] (text policy), hf:PATH (local HF model)")
-    p.add_argument("--autocast", default=None, choices=[None, "bf16"], help="bf16 autocast for tinylm / hf policies")
-    p.add_argument("--estimator", default=["grpo"] if multi else "grpo", nargs=n)
-    p.add_argument("--est-kw", action="append", metavar="KEY=VALUE", help="estimator hyperparameter")
-    p.add_argument("--clip", default=["ppo"] if multi else "ppo", nargs=n)
-    p.add_argument("--clip-kw", action="append", metavar="KEY=VALUE", help="clip-scheme hyperparameter")
-    p.add_argument("--ratio", default=None, nargs=n, help="token|turn|sequence|trajectory")
-    p.add_argument("--agg", default=None, help="loss aggregation")
-    p.add_argument("--kl", default=None, help="KL estimator (k1|abs|k2|k3|...)")
-    p.add_argument("--kl-coef", type=float, default=0.0)
-    p.add_argument("--no-mask-env-tokens", action="store_true", help="train on observation tokens too")
-    p.add_argument("--filter", action="append", default=[], help="filter name (repeatable)")
-    p.add_argument("--filter-kw", action="append", metavar="FILTER.KEY=VALUE")
-    p.add_argument("--context", default=["full"] if multi else "full", nargs=n, help="full|last_k|summary")
-    p.add_argument("--context-k", type=int, default=2)
-    p.add_argument("--recompute", default="matched", help="matched|flat")
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--prompts", type=int, default=8, help="tasks per step")
-    p.add_argument("--epochs", type=int, default=1, help="PPO epochs per batch")
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--max-turns", type=int, default=None)
-    p.add_argument("--entropy-coef", type=float, default=0.0)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--staleness", type=int, default=0)
-    p.add_argument("--bc-steps", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--no-progress", action="store_true")
+    """A flag per TrainConfig field (``multi``: each takes several values, for sweep)."""
+    add_fields(p, TrainConfig, multi=multi, aliases=ALIASES, names=REGISTRIES,
+               defaults={"seed": [0, 1, 2]} if multi else None)
 
 
-def config_from(args, **override):
-    """A validated TrainConfig from parsed flags (``override`` replaces single fields)."""
-    from .credit import ESTIMATORS
-    from .objectives import CLIP_SCHEMES
-    from .filters import FILTERS
-    from .train import TrainConfig
-    v = {**vars(args), **override}
-    from .policies.factory import is_policy_name, policy_names
-    choose("env", v["env"], ENV_NAMES)
-    if not is_policy_name(v["policy"]):
-        raise UsageError(f"unknown policy {v['policy']!r}; valid policies: {', '.join(policy_names())}")
-    choose("estimator", v["estimator"], ESTIMATORS)
-    choose("clip scheme", v["clip"], CLIP_SCHEMES)
-    choose("context policy", v["context"], ("full", "last_k", "summary"))
-    choose("recompute mode", v["recompute"], ("matched", "flat"))
-    if v["ratio"] is not None:
-        choose("ratio level", v["ratio"], ("token", "turn", "sequence", "trajectory"))
-    for f in v["filter"]:
-        choose("filter", f, FILTERS)
-    fkw = {}
-    for item in v.get("filter_kw") or []:
-        name, _, rest = item.partition(".")
-        fkw.setdefault(choose("filter", name, FILTERS), {}).update(parse_kv([rest], "--filter-kw"))
-    cfg = TrainConfig(
-        env=v["env"], env_kwargs=parse_kv(v["env_kw"], "--env-kw"), policy=v["policy"],
-        autocast=v.get("autocast"), estimator=v["estimator"], estimator_kwargs=parse_kv(v["est_kw"], "--est-kw"), clip=v["clip"],
-        clip_kwargs=parse_kv(v["clip_kw"], "--clip-kw"), ratio=v["ratio"], agg=v["agg"], kl=v["kl"],
-        kl_coef=v["kl_coef"], mask_env_tokens=not v["no_mask_env_tokens"], filters=list(v["filter"]),
-        filter_kwargs=fkw, context=v["context"], context_k=v["context_k"], recompute=v["recompute"],
-        group_size=v["group_size"], prompts_per_step=v["prompts"], ppo_epochs=v["epochs"], lr=v["lr"],
-        steps=v["steps"], max_turns=v["max_turns"], entropy_coef=v["entropy_coef"],
-        temperature=v["temperature"], staleness=v["staleness"], bc_steps=v["bc_steps"],
-        seed=v.get("seed", 0), device=v["device"], progress=False if v["no_progress"] else None)
-    try:
-        cfg.validate()
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    return cfg
+def configs_from(args, multi: bool = False, **override) -> list:
+    """Validated TrainConfigs from parsed flags: one, or (``multi``) the product of every field's values.
+    Every name is checked before any run starts; ``override`` sets fields whose flags were not given."""
+    v = values(args, TrainConfig, multi)
+    for name, value in override.items():
+        if not isinstance(getattr(args, name), Given):
+            v[name] = [value] if multi else value
+    check_names(v, REGISTRIES, multi)
+    cfgs = [TrainConfig(**run) for run in (grid(v) if multi else [v])]
+    for cfg in cfgs:
+        try:
+            cfg.validate()
+        except ValueError as e:                            # "minibatches must be ..." -> "--minibatches: ..."
+            field = next((n for n in v if str(e).startswith(n + " ")), None)
+            raise UsageError((f"--{field.replace('_', '-')}: " if field else "") + str(e)) from None
+    return cfgs
 
 
 SUMMARY_KEYS = ("reward_mean", "success_rate", "reward_std", "zero_var_frac", "grad_norm", "clip_frac",
@@ -136,7 +102,6 @@ def summarize(rows, last: int = 10) -> dict:
 def cmd_envs(args) -> int:
     import gymnasium as gym
 
-    from .envs import ENVS
     for name, (gym_id, core_cls) in ENVS.items():
         env = gym.make(gym_id).unwrapped
         doc = (env.__doc__ or "").strip().splitlines()[0]
@@ -146,7 +111,7 @@ def cmd_envs(args) -> int:
 
 def cmd_train(args) -> int:
     from .train import train
-    cfg = config_from(args)
+    cfg, = configs_from(args)
     log = train(cfg, args.out)
     s = summarize(log.rows)
     print(f"{cfg.estimator}/{cfg.clip} on {cfg.env}, {cfg.steps} steps, seed {cfg.seed}: "
@@ -163,15 +128,24 @@ def _sweep_one(job):
     return path, summarize(log.rows)
 
 
+def run_name(cfg, swept) -> str:
+    """``env__estimator__clip`` + ``__field-value`` for each other swept field + ``__seedN``."""
+    parts = [cfg.env, cfg.estimator, cfg.clip]
+    for name in swept:
+        if name not in ("env", "estimator", "clip", "seed"):
+            text = json.dumps(getattr(cfg, name), separators=(",", ":")).strip('"')
+            parts.append(f"{name}-" + "".join(c for c in text if c.isalnum() or c in "._-=,"))
+    return "__".join(parts) + f"__seed{cfg.seed}"
+
+
 def cmd_sweep(args) -> int:
     out_dir = Path(args.out_dir)
-    jobs = []
-    for env, est, clip, ratio, ctx, seed in itertools.product(args.env, args.estimator, args.clip,
-                                                              args.ratio or [None], args.context, args.seeds):
-        cfg = config_from(args, env=env, estimator=est, clip=clip, ratio=ratio, context=ctx, seed=seed,
-                          no_progress=True)
-        name = f"{env}__{est}__{clip}" + (f"__{ratio}" if ratio else "") + f"__{ctx}__seed{seed}.jsonl"
-        jobs.append((cfg, str(out_dir / name)))
+    swept = [name for name, alts in values(args, TrainConfig, multi=True).items() if len(alts) > 1]
+    jobs, seen = [], {}
+    for cfg in configs_from(args, multi=True, progress=False):
+        name = run_name(cfg, swept)
+        seen[name] = seen.get(name, -1) + 1                  # equal values twice: name the repeats __1, __2
+        jobs.append((cfg, str(out_dir / (name + (f"__{seen[name]}" if seen[name] else "") + ".jsonl"))))
     print(f"sweep: {len(jobs)} runs on {args.workers} worker(s) -> {out_dir}/")
     if args.workers <= 1:
         results = [_sweep_one(j) for j in jobs]
@@ -247,14 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toyrl", description="Multi-turn agent RL, small enough to see.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list the environments").set_defaults(func=cmd_envs)
-    t = sub.add_parser("train", help="train one configuration, write a JSON-lines run log")
+    t = sub.add_parser("train", help="train one configuration, write a JSON-lines run log", epilog=TRAIN_SYNTAX,
+                       description="One flag per TrainConfig field, by its own name.")
     add_train_flags(t)
-    t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", default=None, help="run log path (JSON lines)")
     t.set_defaults(func=cmd_train)
-    s = sub.add_parser("sweep", help="configurations x seeds in parallel processes, one log each")
+    s = sub.add_parser("sweep", help="configurations x seeds in parallel processes, one log each",
+                       epilog=SWEEP_SYNTAX, description="Every TrainConfig field takes several values; the sweep "
+                       "runs their product (e.g. --estimator grpo gigpo --seed 0 1: four runs).")
     add_train_flags(s, multi=True)
-    s.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     s.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
     s.add_argument("--out-dir", default="runs")
     s.set_defaults(func=cmd_sweep)

@@ -65,7 +65,7 @@ class Turn:
     states: list = field(default_factory=list)
     """the grammar state each token of ``gen`` was sampled in (-1: no grammar)"""
     forced: list = field(default_factory=list)
-    """per token of ``gen``: written by the thinking intervention, not sampled"""
+    """per token of ``gen``: written by the grammar or the thinking intervention, not chosen"""
 
 
 @dataclass
@@ -121,7 +121,9 @@ class Draft:
     states: torch.Tensor
     """(n, M) long: grammar state of each token (-1: none)"""
     forced: torch.Tensor
-    """(n, M) bool: written by the thinking intervention"""
+    """(n, M) bool: written by the grammar or the intervention (a single allowed token), not chosen"""
+    cut: torch.Tensor
+    """(n,) bool: the thinking intervention ended this turn's reasoning"""
     past: Optional[object] = None
 
     @property
@@ -186,10 +188,10 @@ def generate_turn(policy, episodes: list, codec, live: np.ndarray, s: Sampling, 
                           greedy=s.greedy, generator=s.generator, **kw)
     M = out.tokens.shape[1]
     if run is not None:
-        states, forced = run.record(M)
+        (states, forced), cut = run.record(M), run.cut
     else:
-        states, forced = torch.full_like(out.tokens, -1), torch.zeros_like(out.mask)
-    return Draft(full, out.tokens, out.mask, out.logp, out.entropy, states, forced & out.mask,
+        states, forced, cut = torch.full_like(out.tokens, -1), torch.zeros_like(out.mask), torch.zeros_like(out.mask[:, 0])
+    return Draft(full, out.tokens, out.mask, out.logp, out.entropy, states, forced & out.mask, cut,
                  getattr(out, "past", None))
 
 
@@ -208,7 +210,7 @@ def resample_flat_turns(policy, episodes: list, codec, live: np.ndarray, s: Samp
             break
         again = generate_turn(policy, episodes, codec, live[redo.cpu().numpy()], s, grammar)
         n_wasted += int(draft.mask[redo].sum())
-        for name in ("tokens", "mask", "logp", "entropy", "states", "forced"):   # (n, max_new) each
+        for name in ("tokens", "mask", "logp", "entropy", "states", "forced", "cut"):   # n rows each
             getattr(draft, name)[redo] = getattr(again, name)
         n_redo += int(redo.sum())
     return n_redo, n_wasted
@@ -268,7 +270,7 @@ def play(policy, core: BatchedCore, episodes: list, codec, sampling: Optional[Sa
         if reuse and draft.past is not None:
             past, past_rows = draft.past, live
         stats["tokens_generated"] += int(draft.mask.sum())
-        stats["turns_cut"] += int(draft.forced.any(1).sum())
+        stats["turns_cut"] += int(draft.cut.sum())
         stats["turns"] += len(live)
         play_turn(core, episodes, codec, live, draft, keep_states)
     return stats

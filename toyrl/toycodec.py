@@ -34,7 +34,9 @@ here as an interpretation: the uncertainty of reasoning step t is
 (H_t the entropy of the sampling distribution over its |A_t| allowed tokens, p_max,t its top
 probability). When |M_t - M_{t-1}| < delta for ``window`` reasoning tokens in a row, after at
 least ``min_think`` of them, the reasoning is cut: the next state is ``FORCE``, whose only token
-is END. That END is written by the harness, not sampled: it is kept out of the policy mask.
+is END. A token whose state allows a single token (the intervention's END, the END after a spent
+budget, the END of a turn without reasoning) is written, not chosen: it stays in the sequence but
+out of the policy mask (its log-prob is 0 and it carries no gradient).
 """
 from __future__ import annotations
 
@@ -221,7 +223,8 @@ class GrammarRun:
 
     A policy calls ``allowed()`` before each step and ``advance(tok, logp_all, live)`` after it;
     ``states`` (n, steps) records the state each token was sampled in, ``forced`` (n, steps) which
-    tokens the intervention wrote.
+    tokens had a single allowed token (written by the grammar or the intervention, not chosen: kept
+    out of the policy mask), ``cut`` (n,) which rows the intervention cut.
     """
 
     def __init__(self, grammar: TurnGrammar, n: int):
@@ -230,6 +233,8 @@ class GrammarRun:
         self.state = torch.zeros(n, dtype=torch.long, device=dev)              # (n,)
         self.calm = torch.zeros(n, dtype=torch.long, device=dev)               # reasoning steps in a row with small dM
         self.prev_u = torch.full((n,), math.nan, device=dev)
+        self.cut = torch.zeros(n, dtype=torch.bool, device=dev)                # the intervention cut this row
+        self._n_allowed = grammar.table.sum(-1)                                 # (S,)
         self._states, self._forced = [], []
 
     def allowed(self) -> torch.Tensor:
@@ -240,7 +245,8 @@ class GrammarRun:
         """Record the step (state, forced) and move every live row to its next state."""
         g = self.g
         self._states.append(torch.where(live, self.state, -1))
-        self._forced.append(live & (self.state == g.FORCE))
+        self._forced.append(live & (self._n_allowed[self.state] == 1))          # one allowed token: no decision
+        self.cut |= live & (self.state == g.FORCE)
         reasoning = live & (self.state <= g.ACT - 1) & (tok != g.codec.END)
         nxt = g.next[self.state, tok]
         if g.tti is not None and logp_all is not None:

@@ -4,11 +4,15 @@
     toyrl bench credit --quick    # B = 1024 x H = 8; token case ~130k tokens
     toyrl bench credit --reps 20 --only gigpo gigpo:dense gae   # on a busy machine: more reps
 
-One thread by default (the loop references are single-threaded; ``--threads 2`` to compare), and
-glibc keeps freed memory mapped (``toyrl.alloc``; ``--malloc default`` to measure without).
-GiGPO runs twice: ``gigpo`` on 63-bit state hashes (what toyrl's environments emit, hash-table
-path) and ``gigpo:dense`` on the same states as small dense ids (FrozenLake-style cell indices,
-the direct path); both batches have ``--states`` distinct states per group (16: the 4x4 lake).
+One thread by default (``torch.set_num_threads``; the loop references are single-threaded,
+``--threads 2`` to compare), torch's default allocator, every ratio from timings of the same run
+(best of ``--rounds`` rounds, each the best of ``--reps`` calls). GiGPO runs twice: ``gigpo`` on
+63-bit state hashes (what toyrl's environments emit) and ``gigpo:dense`` on the same states as
+small ids (FrozenLake-style cell indices); both batches have ``--states`` distinct states per group.
+A full run (no ``--only``) then prints three more blocks: the token scans against a memory-bound
+floor (one ``torch.cumsum`` over a float32 tensor of the token batch's size), GiGPO against the seed
+article's loop, and, when verl is importable, ``toyrl.port.verl`` GRPO / RLOO against verl's own
+vectorized versions on 8192 responses x 256 tokens in groups of 8 (conversions included).
 
 Loop references (the styles the vectorized code replaces):
   outcome  per-sample dict loop computing group mean / std (verl's GRPO style)
@@ -28,7 +32,6 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from ..alloc import keep_freed_memory
 from ..batch import TurnBatch
 from ..credit import ESTIMATORS
 from ..envs.core import mix64
@@ -166,6 +169,57 @@ def timeit(fn, reps: int) -> float:
     return min(times)
 
 
+def race_inputs(B: int = 8192, L: int = 256, G: int = 8, seed: int = 0):
+    """verl-shaped inputs: responses of L/4..L tokens, a 0/1 reward on the last one, uid strings per group of G."""
+    g = torch.Generator().manual_seed(seed)
+    length = torch.randint(L // 4, L + 1, (B,), generator=g)
+    mask = (torch.arange(L)[None] < length[:, None]).float()                       # (B, L) response mask
+    reward = torch.zeros(B, L)
+    reward[torch.arange(B), length - 1] = torch.randint(0, 2, (B,), generator=g).float()
+    return reward, mask, np.array([f"uid-{i // G}" for i in range(B)], dtype=object)
+
+
+def best_of(fns: dict, reps: int, rounds: int) -> dict:
+    """Best seconds of each callable, the callables interleaved round by round (same load for all)."""
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            best[k] = min(best[k], timeit(fn, reps))
+    return best
+
+
+def extras(rows: list, tok_b: TurnBatch, a) -> None:
+    """The floor, seed-loop and verl blocks of a full run."""
+    x = torch.rand(tok_b.B, tok_b.T, device=tok_b.device)                          # (B, T) float32
+    fns = {"floor": lambda: torch.cumsum(x, 1)}
+    fns.update({n: (lambda n=n: ESTIMATORS[n](tok_b)) for n in ("gae", "bilevel_gae", "reinforce_pp")})
+    t = best_of(fns, a.reps, a.rounds)
+    print(f"memory-bound floor: one torch.cumsum over the token batch's ({tok_b.B}, {tok_b.T}) float32 = "
+          f"{1e3 * t['floor']:.2f} ms")
+    for n in ("gae", "bilevel_gae", "reinforce_pp"):
+        print(f"  {n:<14}{1e3 * t[n]:8.2f} ms = {t[n] / t['floor']:4.1f}x the floor")
+    for r in rows:
+        if r["name"] in ("gigpo", "gigpo:dense"):
+            print(f"{r['name']} vs the seed article's loop: {r['ms']:.2f} ms vs {r['loop_ms']:.0f} ms = "
+                  f"{r['speedup']:.0f}x")
+    from ..port import verl_credit as port
+    from ..port.verl_loader import load_core_algos
+    core = load_core_algos()
+    if core is None:
+        print("verl race: verl is not importable, skipped")
+        return
+    r, m, index = race_inputs(*((1024, 64) if a.quick else (8192, 256)))
+    pairs = {"grpo": (port.compute_grpo_outcome_advantage, core.compute_grpo_vectorized_outcome_advantage),
+             "rloo": (port.compute_rloo_outcome_advantage, core.compute_rloo_vectorized_outcome_advantage)}
+    print(f"verl race: {r.shape[0]} responses x {r.shape[1]} tokens, groups of 8, uid strings, conversions "
+          f"included, torch threads {torch.get_num_threads()}")
+    for name, (ours, theirs) in pairs.items():
+        torch.testing.assert_close(ours(r, m, index)[0], theirs(r, m, index)[0], atol=1e-5, rtol=1e-5)
+        t = best_of({"toyrl": lambda: ours(r, m, index), "verl": lambda: theirs(r, m, index)}, a.reps, a.rounds)
+        print(f"  {name:<6} toyrl.port.verl {1e3 * t['toyrl']:.2f} ms   verl 0.9.1 vectorized "
+              f"{1e3 * t['verl']:.2f} ms   toyrl / verl = {t['toyrl'] / t['verl']:.2f}")
+
+
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(prog="toyrl bench credit", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller sizes (B=1024, H=8)")
@@ -177,14 +231,13 @@ def main(argv=None) -> list[dict]:
                    help="estimator names to run (default: all registered, plus gigpo:dense)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as the loop references)")
     p.add_argument("--states", type=int, default=16, help="distinct states per group of 8 rollouts (default 16)")
-    p.add_argument("--malloc", choices=["tuned", "default"], default="tuned",
-                   help="tuned: keep freed memory mapped (toyrl.alloc); default: glibc as configured")
+    p.add_argument("--race", action=argparse.BooleanOptionalAction, default=None,
+                   help="print the floor / seed / verl blocks (default: only in a full run, no --only)")
     a = p.parse_args(argv)
     unknown = [n for n in a.only or [] if n not in ESTIMATORS and n != "gigpo:dense"]
     if unknown:
         p.error(f"unknown estimator {unknown[0]!r}; valid: {', '.join(sorted(ESTIMATORS))}, gigpo:dense")
     torch.set_num_threads(a.threads)
-    tuned = a.malloc == "tuned" and keep_freed_memory()
     B, H = (1024, 8) if a.quick else (8192, 16)
     Bt, Tt = (256, 16) if a.quick else (1024, 64)                                  # token case: Bt x H*Tt tokens
     turn_b = make_batch(B, H, T_turn=2, states=a.states, device=a.device)
@@ -192,7 +245,7 @@ def main(argv=None) -> list[dict]:
     tok_b = make_batch(Bt, 16, T_turn=Tt, device=a.device)
     print(f"turn case: B={B} x H={H} ({B // 8} groups of 8, {a.states} states each); token case: B={Bt} x "
           f"T={tok_b.T} = {Bt * tok_b.T:,} tokens; device {a.device}, torch threads {torch.get_num_threads()}, "
-          f"malloc {'tuned (64 MiB kept)' if tuned else 'default'}")
+          f"malloc default (torch's allocator)")
     names = a.only or sorted(ESTIMATORS, key=lambda n: (ESTIMATORS[n].level == "token", n)) + ["gigpo:dense"]
     best, loop_best = {}, {}                     # name -> best vectorized seconds; loop key -> best loop seconds
     for _ in range(a.rounds):                    # rounds spread each measurement over time: robust to bursts
@@ -215,6 +268,8 @@ def main(argv=None) -> list[dict]:
         t, lt = best[name], loop_best.get((ref, level, variant), math.nan)
         rows.append(dict(name=name, level=level, ms=1e3 * t, ref=ref or "-", loop_ms=1e3 * lt, speedup=lt / t))
         print(f"{name:<22}{level:<7}{1e3 * t:>14.2f}{ref or '-':>10}{1e3 * lt:>10.1f}{lt / t:>9.0f}x")
+    if a.race if a.race is not None else a.only is None:
+        extras(rows, tok_b, a)
     return rows
 
 

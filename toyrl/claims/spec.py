@@ -63,7 +63,7 @@ class Claim:
     """``Test``s; the verdict rule lives in ``toyrl.claims.stats.verdict``"""
     metrics: Callable[[dict], dict]
     """series of one run (key -> list) -> {metric: float}"""
-    steps: int = 120
+    steps: int = 100
     """RL steps per run in the full ledger"""
     quick_steps: int = 40
     """RL steps per run under --quick"""

@@ -10,10 +10,10 @@ Families: ``outcome`` (GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, OPO, GPG, Pass@
 turn and bi-level GAE), ``gigpo``, ``turn_rewards`` (MT-GRPO), ``critics`` (ArCHer, SWEET-RL and the
 learned models), ``tree`` (Tree-GRPO), ``reverse_turn`` (RTPO), ``progress`` (SPA-RL), ``entropy``
 (EMPG), ``info_gain`` (A2TGPO). Each docstring gives the equation, arXiv id, defaults and an example.
+``REFERENCE[name](batch, **kw)`` is the same estimator written as plain loops (``reference.py``).
 """
 from .registry import ESTIMATORS, Estimator, register_estimator, token_advantages
-from .outcome import (dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, reinforce_pp_turns,
-                      remax, rloo)
+from .outcome import dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo
 from .gae import bilevel_gae, gae, gae_scan, turn_gae
 from .gigpo import anchor_index, gigpo, similarity_keys
 from .turn_rewards import mt_grpo
@@ -24,10 +24,11 @@ from .reverse_turn import rtpo
 from .progress import spa, spa_rewards
 from .entropy import empg
 from .info_gain import a2tgpo, a2tgpo_clip_eps, a2tgpo_z
+from .reference import REFERENCE
 
 __all__ = [
-    "ESTIMATORS", "Estimator", "register_estimator", "token_advantages",
-    "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_turns", "reinforce_pp_baseline", "remax", "opo", "gpg",
+    "ESTIMATORS", "Estimator", "register_estimator", "token_advantages", "REFERENCE",
+    "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo", "gpg",
     "grpo_passk",
     "gae", "gae_scan", "turn_gae", "bilevel_gae", "gigpo", "anchor_index", "similarity_keys", "mt_grpo",
     "TurnCritic", "DoubleCritic", "value_loss", "progress_loss", "sweet_bt_loss", "archer_losses",

@@ -1,16 +1,17 @@
 """Critic-based advantages: GAE over tokens (PPO / verl), over turns (Turn-PPO), and bi-level (RAGEN).
 
-Dimension legend: B rollouts, T tokens, H turns.
+Dimension legend: B rollouts, T tokens, H turns, P packed steps (the most policy tokens / valid turns of a row).
 
-All three run one recursion, ``gae_scan``, over the last axis (tokens or turns):
+All three run one recursion, ``gae_scan``, over the masked steps of the last axis (policy tokens or
+valid turns), in the three moves of ``scan``:
 
-    delta_t = r_t + gamma * V_{t'} - V_t          t' = next masked step (skip unmasked ones)
-    A_t     = delta_t + gamma * lam * A_{t'}       returns_t = A_t + V_t
+    r, V = pack(reward, mask), pack(values, mask)       # (B, P + 1) masked steps moved left
+    delta_t = r_t + gamma * V_{t+1} - V_t                # Eq. 11 of arXiv 1506.02438, t+1 = next masked step
+    A_t = delta_t + gamma * lam * A_{t+1}                # discounted_cumsum(delta, gamma * lam)
+    A = unpack(A, mask)                                  # (B, L); unmasked steps carry A of the next one
 
-Unmasked steps (observation tokens, invalid turns) carry the running value and advantage unchanged,
-verl's multi-turn rule, so the TD chain jumps from one policy token to the next across observations.
-No loop over tokens: V_{t'} is a gather (``next_masked``) and the A recursion a blocked scan
-(``discounted_cumsum``, factor gamma * lam), both from ``base``, in float64.
+so the TD chain jumps from one policy token to the next across observation tokens (verl's
+multi-turn rule). returns_t = A_t + V_t. The per-token loop (``reference.py``) gives the same numbers.
 References: GAE arXiv 1506.02438; Turn-PPO arXiv 2512.17008; RAGEN arXiv 2504.20073.
 """
 from __future__ import annotations
@@ -18,26 +19,29 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from torch.nn.functional import pad
 
-from ..batch import mask_to
-from .base import check, discounted_cumsum_, masked_whiten, next_masked, place_at, place_at_turn_end, turn_end_pos
+from .base import check, masked_whiten, place_at_turn_end, turn_end_pos
 from .registry import need, register_estimator
+from .scan import discounted_cumsum, pack, pack_turns, row_blocks, unpack, unpack_turns
 
-__all__ = ["gae_scan", "gae", "turn_gae", "bilevel_gae"]
+__all__ = ["gae_scan", "gae", "turn_gae", "bilevel_gae", "turn_token_gae"]
 
 
 def gae_scan(reward: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float,
-             reset: Optional[torch.Tensor] = None, last_value: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Raw GAE along the last axis with carry over unmasked steps -> (B, L) (not whitened, not masked).
+             last_value: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Raw GAE along the last axis over the masked steps -> (B, L) (not whitened, not masked).
 
-    ``reset`` (B, L) bool restarts the chain at a step (next value and advantage 0 beyond it);
-    ``last_value`` (B,) bootstraps V after the final step (truncated episodes), default 0.
-    Unmasked steps hold the carried advantage (as verl). Computed in float64, returned in reward's dtype.
+    ``last_value`` (B,) bootstraps V after the final masked step (truncated episodes), default 0.
+    Unmasked steps hold the advantage of the next masked step (as verl).
     Example: r [[0, 0, 1]], V [[0.5, 0.5, 0.5]], all masked, gamma=lam=1 -> [[0.5, 0.5, 0.5]].
     """
-    nextv = next_masked(values, mask, last=last_value, reset=reset)        # (B, L) V_{t'}
-    delta = nextv.to(torch.float64).mul_(gamma).add_(reward).sub_(values)  # (B, L) delta_t, float64
-    return discounted_cumsum_(delta, mask, gamma * lam, reset=reset).to(reward.dtype)
+    r = pack(reward, mask)                                                # (B, P + 1) rewards of masked steps
+    V = pack(values.to(reward.dtype), mask, last=last_value)              # (B, P + 1) their values, then V_last
+    inside = torch.arange(r.shape[1], device=r.device) < mask.sum(1, keepdim=True)  # (B, P + 1) real steps
+    delta = (r + gamma * pad(V[:, 1:], (0, 1)) - V) * inside             # delta_t = r_t + gamma V_{t+1} - V_t
+    A = discounted_cumsum(delta, gamma * lam)                             # A_t = delta_t + gamma lam A_{t+1}
+    return unpack(A, mask)                                                # (B, L)
 
 
 def gae(token_reward: torch.Tensor, values: torch.Tensor, policy_mask: torch.Tensor, *, gamma: float = 1.0,
@@ -53,11 +57,12 @@ def gae(token_reward: torch.Tensor, values: torch.Tensor, policy_mask: torch.Ten
     dims = check("token_reward", token_reward, "BT", {}, kind="float")
     check("values", values, "BT", dims, kind="float")
     check("policy_mask", policy_mask, "BT", dims)
-    raw = gae_scan(token_reward, values, policy_mask, gamma=gamma, lam=lam)
-    m = mask_to(policy_mask, raw.dtype)
-    ret = (raw + values).mul_(m)
-    adv = masked_whiten(raw, m, inplace=True) if whiten else raw * m
-    return adv, ret
+    adv, ret = torch.empty_like(values), torch.empty_like(values)                 # (B, T)
+    for rows in row_blocks(values.shape[0]):                                      # rows are independent
+        m = policy_mask[rows]
+        A = gae_scan(token_reward[rows], values[rows], m, gamma=gamma, lam=lam)  # (b, T) raw GAE
+        adv[rows], ret[rows] = A * m, (A + values[rows]) * m                      # returns_t = A_t + V_t
+    return (masked_whiten(adv, policy_mask) if whiten else adv), ret
 
 
 def turn_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_mask: torch.Tensor, *, gamma: float = 0.99,
@@ -77,9 +82,8 @@ def turn_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_mask: torch.T
     if last_value is not None:
         check("last_value", last_value, "B", dims)
     raw = gae_scan(turn_reward, values, turn_mask, gamma=gamma, lam=lam, last_value=last_value)
-    m = turn_mask.to(raw.dtype)
-    ret = (raw + values).mul_(m)
-    adv = masked_whiten(raw, turn_mask) if whiten else raw * m
+    ret = (raw + values) * turn_mask                                             # the critic's target
+    adv = masked_whiten(raw, turn_mask) if whiten else raw * turn_mask
     return adv, ret
 
 
@@ -103,18 +107,34 @@ def bilevel_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_id: torch.
     check("turn_reward", turn_reward, "BH", dims, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
     B, H = turn_reward.shape
-    T = turn_id.shape[1]
-    pos = turn_end_pos(turn_id, policy_mask, H)                                           # (B, H), -1: no token
-    has = pos >= 0
-    V_turn = values.gather(1, pos.clamp(min=0)) * has                                     # (B, H) V at turn end
-    A_turn = gae_scan(turn_reward, V_turn, turn_mask & has, gamma=gamma_turn, lam=lam_turn)
-    G = place_at(A_turn + V_turn, pos, T)                                                 # (B, T) G_k at turn end
-    end = place_at(has, pos, T)                                                           # (B, T) turn ends
-    raw = gae_scan(G, values, policy_mask, gamma=gamma_token, lam=lam_token, reset=end)
-    m = mask_to(policy_mask, raw.dtype)
-    ret = (raw + values).mul_(m)
-    adv = masked_whiten(raw, m, inplace=True) if whiten else raw * m
+    pos = turn_end_pos(turn_id, policy_mask, H)                                  # (B, H), -1: no policy token
+    ends = turn_mask & (pos >= 0)                                                # (B, H) turns with a last token
+    V_turn = values.gather(1, pos.clamp(min=0)) * ends                           # (B, H) V at the turn's end
+    A_turn = gae_scan(turn_reward, V_turn, ends, gamma=gamma_turn, lam=lam_turn)          # 1. turn-level GAE
+    G = (A_turn + V_turn) * ends                                                 # 2. (B, H) G_k = A_k + V_k
+    raw = torch.empty_like(values)                                               # (B, T)
+    for rows in row_blocks(B):                                                   # 3. rows are independent
+        raw[rows] = turn_token_gae(G[rows], values[rows], turn_id[rows], policy_mask[rows],
+                                   gamma=gamma_token, lam=lam_token)
+    ret = (raw + values) * policy_mask
+    adv = masked_whiten(raw, policy_mask) if whiten else raw * policy_mask      # 4.
     return adv, ret
+
+
+def turn_token_gae(G: torch.Tensor, values: torch.Tensor, turn_id: torch.Tensor, policy_mask: torch.Tensor, *,
+                   gamma: float, lam: float) -> torch.Tensor:
+    """Token GAE inside every turn, G_k the reward of turn k's last policy token, V = 0 after it -> (B, T).
+
+    Every turn is its own packed row (``pack_turns``), so the chain restarts at each turn end; 0 off
+    the policy tokens. Example: G [[0.95, 1.]], V 0, turn_id [[0, 0, 1]], all policy, gamma=lam=1 ->
+    [[0.95, 0.95, 1.]].
+    """
+    V, slot, n = pack_turns(values, policy_mask, turn_id, G.shape[1])           # (B*H, P + 1) every turn a row
+    last = (n - 1).clamp(min=0)[:, None]                                         # (B*H, 1) slot of the turn's end
+    r = torch.zeros_like(V).scatter_(1, last, G.reshape(-1, 1))                  # G_k on the turn's last token
+    inside = torch.arange(V.shape[1], device=V.device) < n[:, None]              # (B*H, P + 1) real steps
+    delta = (r + gamma * pad(V[:, 1:], (0, 1)) - V) * inside                     # token TD errors, V = 0 after the end
+    return unpack_turns(discounted_cumsum(delta, gamma * lam), slot)            # (B, T)
 
 
 # ---- registry wrappers ---------------------------------------------------------------------------

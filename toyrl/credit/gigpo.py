@@ -10,17 +10,17 @@ any time index) and scores its discounted return against the others of that anch
     A^E_i     = (R_i - mean_g R) / F,            R_i = sum_k r_{i,k}
     A^S_{i,k} = (R_{i,k} - mean_anchor R) / F,   R_{i,k} = sum_{k' >= k} gamma^{k'-k} r_{i,k'}
 
-F = std + eps ("std") or 1 ("mean"). Anchor cells of the pairs (group, state_key) come from
-``segments.anchor_cells`` (small dense state ids directly, any other int64 keys through a vectorized
-hash table; no sort, O(N)), and the step statistics are segment sums over the cells (``group_norm``),
-accumulated in float64, so an anchor whose returns are all equal gets exactly 0.
+F = std + eps ("std") or 1 ("mean"). The anchors are the distinct (group, state_key) pairs, numbered
+by ``torch.unique`` (``segments.anchor_index``), and the statistics of every anchor are segment
+sums over those ids (``group_norm``), accumulated in float64, so an anchor whose returns are all
+equal gets exactly 0. ``reference.py`` holds the same estimator as loops over groups and anchors.
 """
 from __future__ import annotations
 
 import torch
 
 from ..batch import discounted_returns
-from ..segments import anchor_cells, anchor_index, dense_index
+from ..segments import anchor_index, dense_index
 from .base import check, group_norm
 from .registry import register_estimator
 
@@ -50,19 +50,18 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
     if episode not in ("trajectory", "step"):
         raise ValueError(f"episode must be 'trajectory' or 'step', got {episode!r}")
     B, H = turn_reward.shape
-    m = turn_mask.view(torch.uint8)                                              # (B, H) 1 on valid turns
-    Rk = discounted_returns(turn_reward, turn_mask, gamma)                        # (B, H) return-to-go
-    R = (turn_reward * m).sum(1, dtype=torch.float64)                             # (B,) episode return
-    gi, nG = dense_index(group)
+    Rk = discounted_returns(turn_reward, turn_mask, gamma)                        # (B, H) R_{i,k}, return-to-go
+    R = (turn_reward * turn_mask).sum(1)                                          # (B,) R_i, episode return
+    g, nG = dense_index(group)                                                    # (B,) episode group
     if episode == "trajectory":
-        A_E = group_norm(R, gi, nG, norm=norm, ddof=ddof, eps=eps)[:, None]       # (B, 1)
-    else:
-        seg = torch.where(turn_mask, gi[:, None], nG)                             # (B, H) invalid: cell nG
-        A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.view(-1), nG + 1,
+        A_E = group_norm(R, g, nG, norm=norm, ddof=ddof, eps=eps)[:, None]        # (B, 1) A^E_i
+    else:                                                                         # one row per valid turn
+        seg = torch.where(turn_mask, g[:, None], nG)                              # (B, H) invalid: extra cell nG
+        A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.reshape(-1), nG + 1,
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
-    cell, S = anchor_cells(gi, state_key, turn_mask, n_groups=nG)                 # (N,) invalid turns: S - 1
-    A_S = group_norm(Rk.view(-1), cell, S, norm=norm, ddof=ddof, eps=eps).view(B, H)
-    return A_S.mul_(omega).add_(A_E.to(A_S.dtype)).mul_(m)                        # (A_E + omega * A_S) * m
+    s, S = anchor_index(group, state_key, turn_mask)                              # (B, H) anchor s(i,k); invalid: S
+    A_S = group_norm(Rk.reshape(-1), s.reshape(-1), S + 1, norm=norm, ddof=ddof, eps=eps).view(B, H)
+    return (A_E + omega * A_S) * turn_mask                                        # Eq. (GiGPO)
 
 
 def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,
@@ -98,7 +97,7 @@ def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torc
     leader = torch.zeros(nG, P, dtype=torch.bool, device=dev)
     for j in range(P):                                                            # greedy, in visit order
         leader[:, j] = valid[:, j] & ~(leader[:, :j] & close[:, j, :j]).any(1)
-    first = (close & leader[:, None, :]).to(torch.uint8).argmax(2)                # (nG, P) first leader
+    first = (close & leader[:, None, :]).int().argmax(2)                          # (nG, P) first leader
     key = torch.arange(nG, device=dev)[:, None] * P + first                       # unique across groups
     out = key[gi[:, None], pos]                                                   # (B, H)
     return torch.where(turn_mask, out, torch.full_like(out, -1))

@@ -3,8 +3,8 @@
 Dimension legend: B rollouts, T tokens, H turns, G group size.
 
 Every function takes the rollout return R (B,) and the group id (B,) (rollouts of the same task);
-``reinforce_pp`` works on token rewards (``reinforce_pp_turns``: the same at gamma = 1 with turn-end
-rewards, per turn, which the registry uses when it can). A singleton group has no baseline
+``reinforce_pp`` works on token rewards (the registry puts each turn's reward on its last policy
+token). Group statistics are segment sums over ``torch.unique`` ids (``segments``). A singleton group has no baseline
 information, so its advantage is 0 here (verl instead leaves A = R for GRPO / RLOO / OPO;
 ``toyrl.port.verl`` matches verl). References: GRPO arXiv 2402.03300, Dr. GRPO 2503.20783, RLOO
 2402.14740 / LOOP 2502.01600, REINFORCE++ 2501.03262, ReMax 2310.10505, OPO 2505.23585, GPG
@@ -17,11 +17,11 @@ from typing import Optional
 import torch
 
 from ..segments import segment_count, segment_max, segment_std, segment_sum
-from ..batch import mask_to
-from .base import broadcast_turns, check, discounted_cumsum, group_ids, group_norm, masked_whiten, place_at_turn_end
+from .base import broadcast_turns, check, group_ids, group_norm, masked_whiten, place_at_turn_end
 from .registry import need, register_estimator
+from .scan import discounted_cumsum, pack, row_blocks, unpack
 
-__all__ = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_turns", "reinforce_pp_baseline", "remax", "opo",
+__all__ = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo",
            "gpg", "grpo_passk", "token_returns"]
 
 
@@ -67,7 +67,7 @@ def rloo(R: torch.Tensor, group: torch.Tensor, *, scale_by_std: bool = False) ->
     _check_outcome(R, group)
     idx, S = group_ids(group)
     n = segment_count(idx, S, R.dtype)                                    # (S,)
-    adv = group_norm(R, idx, S, norm="mean").mul_((n / (n - 1).clamp(min=1)).index_select(0, idx))   # G/(G-1) (R - mean)
+    adv = group_norm(R, idx, S, norm="mean") * (n / (n - 1).clamp(min=1))[idx]    # G/(G-1) (R - mean_g R)
     if scale_by_std:
         adv = adv / segment_std(R, idx, S, ddof=0)[idx].clamp(min=1e-7)
     return adv
@@ -86,44 +86,20 @@ def reinforce_pp(token_reward: torch.Tensor, policy_mask: torch.Tensor, *, gamma
     """
     dims = check("token_reward", token_reward, "BT", {}, kind="float")
     check("policy_mask", policy_mask, "BT", dims)
-    return masked_whiten(token_returns(token_reward, policy_mask, gamma), policy_mask, eps=eps, inplace=True)
+    return masked_whiten(token_returns(token_reward, policy_mask, gamma), policy_mask, eps=eps)
 
 
 def token_returns(token_reward: torch.Tensor, policy_mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """Return-to-go over policy tokens, G_t = r_t + gamma G_{t'} (t' next policy token), 0 off the mask -> (B, T).
 
-    Observation tokens carry G and drop their reward (verl). Blocked scan ``discounted_cumsum`` (no loop over T).
+    Observation tokens drop their reward (verl): the policy tokens are packed, scanned, unpacked (``scan``).
     Example: r [[0, 5, 1]], mask [[1, 0, 1]], gamma 0.5 -> [[0.5, 0, 1]].
     """
-    ret = discounted_cumsum(token_reward, policy_mask, gamma)            # (B, T)
-    return torch.where(policy_mask.to(torch.bool), ret, 0.0)
-
-
-def reinforce_pp_turns(turn_reward: torch.Tensor, turn_id: torch.Tensor, policy_mask: torch.Tensor, *,
-                       eps: float = 1e-8) -> torch.Tensor:
-    """REINFORCE++ with gamma = 1 and each turn's reward on its last policy token, computed per turn -> (B, T).
-
-        G_t = sum_{k' >= k(t), n_{k'} > 0} r_{k'}          (k(t) the turn of policy token t)
-        A_t = (G_t - mu_batch) / sqrt(var_batch + eps)    over all policy tokens, as ``reinforce_pp``
-
-    With gamma = 1 the return-to-go is the same on every policy token of a turn, so it is a reverse
-    cumsum over the H turns, gathered to the tokens: no scan over T. n_k > 0 says turn k has a policy
-    token (a turn without one drops its reward, as ``place_at_turn_end``). Turn ids must be
-    non-decreasing along each row outside padding (``TurnBatch`` checks this); then the result equals
-    ``reinforce_pp(place_at_turn_end(turn_reward, turn_id, policy_mask), policy_mask)``.
-    Example: r [[1., 0.]], turn_id [[0, 0, 1]], mask [[1, 0, 1]] -> G [[1, 0, 0]] -> A [[0.707, 0., -0.707]].
-    """
-    dims = check("turn_reward", turn_reward, "BH", {}, kind="float")
-    check("turn_id", turn_id, "BT", dims)
-    check("policy_mask", policy_mask, "BT", dims)
-    B, H = turn_reward.shape
-    pm = mask_to(policy_mask.to(torch.bool), turn_reward.dtype)                      # (B, T) 1 on policy tokens
-    col = turn_id + 1                                                                 # (B, T) column 0: padding
-    has = pm.new_zeros(B, H + 1).scatter_reduce_(1, col, pm, reduce="amax")[:, 1:]   # (B, H) turn has a policy token
-    G = pm.new_zeros(B, H + 1)                                                        # (B, H + 1) column 0: padding
-    G[:, 1:] = (turn_reward.to(torch.float64) * has).flip(1).cumsum(1).flip(1)       # return-to-go of the turns
-    ret = G.gather(1, col)                                                            # (B, T) G_t of every token
-    return masked_whiten(ret, pm, eps=eps, inplace=True)
+    G = torch.empty_like(token_reward)                                    # (B, T)
+    for rows in row_blocks(token_reward.shape[0]):                        # rows are independent
+        m = policy_mask[rows]
+        G[rows] = unpack(discounted_cumsum(pack(token_reward[rows], m), gamma), m) * m   # over policy tokens only
+    return G
 
 
 def reinforce_pp_baseline(R: torch.Tensor, group: torch.Tensor, policy_mask: torch.Tensor, *,
@@ -152,9 +128,8 @@ def remax(turn_reward: torch.Tensor, turn_mask: torch.Tensor, baseline_reward: t
     dims = check("turn_reward", turn_reward, "BH", {}, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
     check("baseline_reward", baseline_reward, "B", dims)
-    m = mask_to(turn_mask, turn_reward.dtype)
-    r = (turn_reward * m).flip(1).cumsum(1).flip(1)                       # (B, H) undiscounted to-go
-    return r.sub_(baseline_reward[:, None].to(r.dtype)).mul_(m)
+    r = (turn_reward * turn_mask).flip(1).cumsum(1).flip(1)              # (B, H) undiscounted to-go
+    return (r - baseline_reward[:, None].to(r.dtype)) * turn_mask
 
 
 def opo(R: torch.Tensor, group: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
@@ -173,7 +148,7 @@ def opo(R: torch.Tensor, group: torch.Tensor, length: torch.Tensor) -> torch.Ten
     Lsum = segment_sum(L, idx, S)                                          # (S,)
     base = torch.where(Lsum > 0, segment_sum(L * R, idx, S) / Lsum.clamp(min=1e-12),
                        segment_sum(R, idx, S) / n.clamp(min=1))            # (S,)
-    return (R - base.index_select(0, idx)).mul_((n > 1).to(R.dtype).index_select(0, idx))
+    return (R - base[idx]) * (n > 1)[idx]
 
 
 def gpg(R: torch.Tensor, group: torch.Tensor, *, f_norm: float = 1.0) -> torch.Tensor:
@@ -205,7 +180,7 @@ def grpo_passk(R: torch.Tensor, group: torch.Tensor, *, norm: bool = True, ddof:
     n_top = segment_sum(is_top.to(z.dtype), idx, S)                        # (S,) ties at the top
     second = segment_max(z.masked_fill(is_top, float("-inf")), idx, S)     # (S,) best of the rest
     gap = torch.where((n_top == 1) & (second > float("-inf")), top - second, 0.0)   # 0: a tie or a singleton
-    return gap.index_select(0, idx).mul_(is_top)                          # (R_max - R_2nd) / (std + eps) = z_max - z_2nd
+    return gap[idx] * is_top                                               # (R_max - R_2nd) / (std + eps) = z_max - z_2nd
 
 
 # ---- registry wrappers: pull fields from the TurnBatch --------------------------------------------
@@ -233,9 +208,7 @@ def _rloo(batch, *, scale_by_std: bool = False):
 
 @register_estimator("reinforce_pp", level="token")
 def _reinforce_pp(batch, *, gamma: float = 1.0, kl_coef: float = 0.0):
-    """REINFORCE++: token return-to-go (optional k1 KL reward) whitened over the batch (per turn at gamma 1, no KL)."""
-    if gamma == 1.0 and not kl_coef:                                                  # returns constant per turn
-        return reinforce_pp_turns(batch.turn_reward, batch.turn_id, batch.policy_mask)
+    """REINFORCE++: token return-to-go (optional k1 KL reward) whitened over the batch."""
     r = place_at_turn_end(batch.turn_reward, batch.turn_id, batch.policy_mask)       # (B, T)
     if kl_coef:
         ref = need(batch, "ref_logp", "reinforce_pp", " (needed when kl_coef != 0)")

@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 from typing import Any, Callable
 
-__all__ = ["exercise", "check", "CHECKS"]
+__all__ = ["exercise", "check", "matches", "CHECKS"]
 
 CHECKS: dict[str, Callable[[Any], tuple[bool, str]]] = {}
 
@@ -23,6 +23,17 @@ def exercise(exercise_id: str) -> Callable:
         CHECKS[exercise_id] = fn
         return fn
     return deco
+
+
+def matches(got: Any, want: Any, atol: float = 1e-6) -> bool:
+    """True when an answer ``got`` (list, array or tensor) has ``want``'s shape and values within ``atol``.
+
+    Example: matches([0.5, 0.5], np.array([0.5, 0.5])) -> True; matches([0.5], np.array([0.5, 0.5])) -> False.
+    """
+    import numpy as np
+    as_array = lambda x: np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=float)  # noqa: E731
+    got, want = as_array(got), as_array(want)
+    return got.shape == want.shape and bool(np.allclose(got, want, atol=atol))
 
 
 def _load_all() -> None:

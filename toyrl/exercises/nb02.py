@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import exercise
+from . import exercise, matches
 
 SERIES = [0.1, 0.3, 0.5, 0.5, 0.45, 0.3, 0.2, 0.2, 0.1, 0.05]
 
@@ -24,7 +24,6 @@ def zero_group(answer):
     import torch
     from ..credit.outcome import grpo
     want = grpo(torch.ones(4), torch.zeros(4, dtype=torch.long)).tolist()
-    got = np.asarray(answer, dtype=float).ravel()
-    if got.shape == (4,) and np.allclose(got, want, atol=1e-6):
+    if matches(np.ravel(answer), want):
         return True, "all zero: a uniform group has no signal, whatever its reward."
     return False, "R - mean(R) is 0 for every member when all rewards are equal."

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import exercise
+from . import exercise, matches
 
 __all__ = ["random_void"]
 
@@ -24,7 +24,7 @@ def _void_rate(fn):
     for s in range(5):
         void, mask = random_void(s)
         got, want = np.asarray(fn(void, mask), dtype=float), void_rate_by_turn(void, mask)
-        if got.shape != want.shape or not np.allclose(got, want, atol=1e-6):
+        if not matches(got, want):
             return False, (f"on seed {s} expected {np.round(want, 3)}, got {np.round(got, 3)}. Per turn index k: "
                            "count rows whose turn k is valid AND void, divide by rows whose turn k is valid.")
     return True, "the void-turn rate per turn index matches on 5 random batches."

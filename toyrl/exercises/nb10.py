@@ -1,9 +1,7 @@
 """Exercises of notebook 10 (prototype and port)."""
 from __future__ import annotations
 
-import torch
-
-from . import exercise
+from . import exercise, matches
 
 
 def _batches():
@@ -18,9 +16,7 @@ def _batches():
 def _rloo_turns(fn):
     from ..credit.outcome import rloo
     for b in _batches():
-        want = rloo(b.outcome(), b.group)[:, None] * b.turn_mask.float()
-        got = torch.as_tensor(fn(b)).float()
-        if got.shape != want.shape or not torch.allclose(got, want, atol=1e-6):
+        if not matches(fn(b), rloo(b.outcome(), b.group)[:, None] * b.turn_mask.float()):
             return False, ("return (B, H): R_i minus the mean of the other rollouts of its group, on every valid "
                            "turn (multiply by batch.turn_mask).")
     return True, "a leave-one-out baseline broadcast to every valid turn, as toyrl.credit.rloo."

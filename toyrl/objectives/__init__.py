@@ -3,20 +3,23 @@
     from toyrl.objectives import policy_loss, loss_mask, CLIP_SCHEMES, AGGREGATIONS, KL_ESTIMATORS
 
 Modules: ``ratios`` (log-space ratios at four levels, TIS weights), ``clipping`` (the PPO family),
-``weighting`` (CISPO, SAPO, GPG, Clip-Cov, KL-Cov), ``schemes`` (the registry), ``aggregate``,
-``kl``, ``loss`` (``policy_loss``, ``loss_mask``, per-turn statistics).
+``weighting`` (CISPO, SAPO, GPG, Clip-Cov, KL-Cov, DRO, VESPO), ``divergence`` (DPPO-TV / -KL),
+``schemes`` (the registry and ``LossContext``), ``aggregate``, ``kl``, ``loss`` (``policy_loss``,
+``loss_mask``, input checks, per-turn statistics).
 """
 from .aggregate import AGGREGATIONS, agg_weights, aggregate
 from .clipping import Clip, a2tgpo, clipped_surrogate, dual_clip, gmpo, group_turn_zscore, loop, ppo, sorl, tis
 from .kl import KL_ESTIMATORS, kl_estimate
-from .loss import loss_mask, policy_loss, turn_stats
+from .divergence import binary_kl, dppo_kl, dppo_tv
+from .loss import check_loss_inputs, loss_mask, loss_stats, policy_loss, turn_stats
 from .ratios import LEVELS, clamp_log, log_ratio, pool, tis_weights, token_log_ratio
-from .schemes import CLIP_SCHEMES, Scheme
-from .weighting import cispo, clip_cov, gpg, kl_cov, sapo
+from .schemes import CLIP_SCHEMES, LossContext, Scheme
+from .weighting import cispo, clip_cov, dro, gpg, kl_cov, sapo, vespo
 
 __all__ = [
-    "policy_loss", "loss_mask", "turn_stats", "CLIP_SCHEMES", "Scheme", "AGGREGATIONS", "agg_weights", "aggregate",
+    "policy_loss", "loss_mask", "turn_stats", "check_loss_inputs", "loss_stats", "CLIP_SCHEMES", "Scheme",
+    "LossContext", "AGGREGATIONS", "agg_weights", "aggregate",
     "KL_ESTIMATORS", "kl_estimate", "LEVELS", "log_ratio", "token_log_ratio", "pool", "clamp_log", "tis_weights",
     "Clip", "clipped_surrogate", "ppo", "dual_clip", "loop", "sorl", "a2tgpo", "group_turn_zscore", "tis", "gmpo",
-    "cispo", "sapo", "gpg", "clip_cov", "kl_cov",
+    "cispo", "sapo", "gpg", "clip_cov", "kl_cov", "dro", "vespo", "dppo_tv", "dppo_kl", "binary_kl",
 ]

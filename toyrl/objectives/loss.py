@@ -6,15 +6,14 @@ Dimension legend: B rollouts, T token positions, H turns.
     loss, info = policy_loss(logp, batch.old_logp, adv_BH, mask, batch.turn_id,
                              ratio="turn", clip="ppo", agg="token-mean")
 
-Pipeline: d_t = logp - old_logp on the mask -> unit log-ratio at the level -> clamp -> exp -> the
-scheme's token loss -> optional importance weights -> + kl_coef * KL(pi || ref) per token ->
-aggregate. ``info`` holds scalar statistics and the same statistics per turn index (H,) computed
-with scatter ops over the mask tokens; a turn index with no token gets clip fraction 0, approx
-KL 0 and ratio min / max / mean 1 (check ``tokens_turn``).
+Pipeline (``policy_loss``, read top to bottom): d_t = logp - old_logp on the mask -> unit
+log-ratio at the level -> clamp -> exp -> the scheme's token loss -> optional importance weights
+-> + kl_coef * KL(pi || ref) per token -> aggregate. Input checks live in ``check_loss_inputs``,
+statistics in ``loss_stats``: scalars and the same statistics per turn index (H,) computed with
+scatter ops over the mask tokens; a turn index with no token gets clip fraction 0, approx KL 0
+and ratio min / max / mean 1 (check ``tokens_turn``).
 """
 from __future__ import annotations
-
-import inspect
 
 import torch
 
@@ -22,10 +21,10 @@ from ..batch import turn_to_token
 from ..segments import segment_count, segment_max, segment_min, segment_sum
 from .aggregate import agg_weights
 from .kl import kl_estimate
-from .ratios import LEVELS, clamp_log, log_ratio, pool, token_log_ratio
-from .schemes import CLIP_SCHEMES, CONTEXT_ARGS
+from .ratios import LEVELS, clamp_log, log_ratio, token_log_ratio
+from .schemes import CLIP_SCHEMES, LossContext
 
-__all__ = ["policy_loss", "loss_mask", "turn_stats"]
+__all__ = ["policy_loss", "loss_mask", "turn_stats", "check_loss_inputs", "loss_stats"]
 
 
 def loss_mask(policy_mask: torch.Tensor, turn_id: torch.Tensor, mask_env_tokens: bool = True) -> torch.Tensor:
@@ -75,6 +74,64 @@ def _check(name: str, x, shape: tuple, want: str) -> None:
         raise ValueError(f"{name} must have shape {want}={tuple(shape)}, got {tuple(x.shape)}")
 
 
+def check_loss_inputs(logp, old_logp, adv, loss_mask, turn_id, *, H=None, adv_level=None, **optional):
+    """Validate the inputs of ``policy_loss`` -> (mask bool, turn_id long, adv_t (B, T), H).
+
+    ``adv`` is (B, T) token-level or (B, H) turn-level (broadcast by turn_id; when T == H it is read
+    as token-level unless ``adv_level="turn"``); ``optional`` holds (B, T) tensors or None.
+    ValueErrors name the argument and the expected shape.
+    """
+    if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
+        raise ValueError(f"logp must be a tensor of shape (B, T), got {getattr(logp, 'shape', type(logp).__name__)}")
+    B, T = logp.shape
+    for name, x in (("old_logp", old_logp), ("loss_mask", loss_mask), ("turn_id", turn_id)):
+        _check(name, x, (B, T), "(B, T)")
+    for name, x in optional.items():
+        if x is not None:
+            _check(name, x, (B, T), "(B, T)")
+    if turn_id.dtype.is_floating_point or turn_id.dtype == torch.bool:
+        raise ValueError(f"turn_id must be an integer tensor, got {turn_id.dtype}")
+    turn_id = turn_id.long()
+    mask = loss_mask.bool()
+    if bool((mask & (turn_id < 0)).any()):
+        raise ValueError("loss_mask is True on a padding token (turn_id == -1)")
+    if not isinstance(adv, torch.Tensor) or adv.dim() != 2 or adv.shape[0] != B:
+        raise ValueError(f"adv must have shape (B, T)=({B}, {T}) or (B, H)=({B}, H), "
+                         f"got {tuple(adv.shape) if isinstance(adv, torch.Tensor) else type(adv).__name__}")
+    turn_adv = adv_level == "turn" or (adv_level is None and adv.shape[1] != T)
+    if turn_adv and H is not None and H != adv.shape[1]:
+        raise ValueError(f"adv is turn-level (B, H) with H={adv.shape[1]} but H={H} was given")
+    H = adv.shape[1] if turn_adv else H
+    H = max(int(turn_id.max()) + 1 if turn_id.numel() else 1, 1) if H is None else max(H, 1)
+    if turn_id.numel() and int(turn_id.max()) >= H:
+        raise ValueError(f"turn_id has values up to {int(turn_id.max())} but H={H}")
+    adv_t = turn_to_token(adv, turn_id) if turn_adv else adv                    # (B, T)
+    return mask, turn_id, torch.where(mask, adv_t, torch.zeros_like(adv_t)).to(logp.dtype), H
+
+
+@torch.no_grad()
+def loss_stats(out, r, d, mask, turn_id, H: int, log_ratio_clamp=(-20.0, 20.0)) -> dict:
+    """The statistics of one loss evaluation: scalars and per turn index (H,), see ``policy_loss``.
+
+    ``out`` is the scheme's ``Clip``, ``r`` the level ratio (B, T), ``d`` the raw token log-ratio.
+    Example: one token with r = 1.5 clipped from above -> clip_frac 1, clip_frac_high 1, ratio_max 1.5.
+    """
+    dc = clamp_log(d, (-20.0, 20.0))
+    f = lambda b: b.to(r.dtype)                                                 # noqa: E731
+    stats = {"clip_frac": (f(out.high | out.low), "mean", 0.0), "clip_frac_high": (f(out.high), "mean", 0.0),
+             "clip_frac_low": (f(out.low), "mean", 0.0), "extra_frac": (f(out.extra), "mean", 0.0),
+             "ratio_mean": (r, "mean", 1.0), "ratio_min": (r, "min", 1.0), "ratio_max": (r, "max", 1.0),
+             "ppo_kl": (-clamp_log(d, log_ratio_clamp), "mean", 0.0),
+             "approx_kl": (torch.expm1(dc) - dc, "mean", 0.0)}
+    info = {}
+    for name, (x, red, empty) in stats.items():
+        info[name], info[name + "_turn"] = turn_stats(x, mask, turn_id, H, red, empty)
+    info["n_tokens"] = mask.sum()
+    info["tokens_turn"] = segment_count(turn_id[mask], H, torch.long)
+    info.update(ratio=r.detach(), clipped=(out.high | out.low) & mask)
+    return info
+
+
 def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *, ratio: str | None = None, clip: str = "ppo",
                 clip_kwargs: dict | None = None, agg: str | None = None, ref_logp=None, kl: str | None = None,
                 kl_coef: float = 0.0, rollout_logp=None, is_weights=None, H: int | None = None,
@@ -88,8 +145,8 @@ def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *, ratio: str | None = 
         adv: (B, T) token advantages, or (B, H) turn advantages broadcast by turn_id. If T == H the
             tensor is read as token-level unless ``adv_level="turn"``.
         loss_mask: (B, T) tokens in the loss and the KL (see ``loss_mask``); turn_id (B, T) long.
-        ratio: token | turn | sequence | trajectory; None -> the scheme's level (gspo: sequence,
-            turn_ppo / sorl / a2tgpo: turn, others token).
+        ratio: token | turn | sequence | trajectory; None -> the scheme's level (gspo, luspo:
+            sequence, turn_ppo / sorl / a2tgpo: turn, vespo: trajectory, others token).
         clip: a name of ``CLIP_SCHEMES``; its hyperparameters come from ``clip_kwargs`` and / or
             explicit keywords (``eps_high=0.28``); unknown names raise ``ValueError``.
         agg: a name of ``AGGREGATIONS``; None -> the scheme's paper default. ``agg_kwargs`` passes
@@ -113,82 +170,30 @@ def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *, ratio: str | None = 
         raise ValueError(f"clip must be one of {sorted(CLIP_SCHEMES)}, got {clip!r}")
     scheme = CLIP_SCHEMES[clip]
     level = scheme.level if ratio is None else ratio
+    agg = scheme.agg if agg is None else agg
     if level not in LEVELS:
         raise ValueError(f"ratio must be one of {LEVELS}, got {level!r}")
-    agg = scheme.agg if agg is None else agg
-
-    if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
-        raise ValueError(f"logp must be a tensor of shape (B, T), got {getattr(logp, 'shape', type(logp).__name__)}")
-    B, T = logp.shape
-    for name, x in (("old_logp", old_logp), ("loss_mask", loss_mask), ("turn_id", turn_id)):
-        _check(name, x, (B, T), "(B, T)")
-    for name, x in (("ref_logp", ref_logp), ("rollout_logp", rollout_logp), ("is_weights", is_weights)):
-        if x is not None:
-            _check(name, x, (B, T), "(B, T)")
-    if turn_id.dtype.is_floating_point or turn_id.dtype == torch.bool:
-        raise ValueError(f"turn_id must be an integer tensor, got {turn_id.dtype}")
-    turn_id = turn_id.long()
-    mask = loss_mask.bool()
-    if bool((mask & (turn_id < 0)).any()):
-        raise ValueError("loss_mask is True on a padding token (turn_id == -1)")
-    if not isinstance(adv, torch.Tensor) or adv.dim() != 2 or adv.shape[0] != B:
-        raise ValueError(f"adv must have shape (B, T)=({B}, {T}) or (B, H)=({B}, H), "
-                         f"got {tuple(adv.shape) if isinstance(adv, torch.Tensor) else type(adv).__name__}")
-    turn_adv = adv_level == "turn" or (adv_level is None and adv.shape[1] != T)
-    if turn_adv:
-        H = adv.shape[1] if H is None else H
-        if H != adv.shape[1]:
-            raise ValueError(f"adv is turn-level (B, H) with H={adv.shape[1]} but H={H} was given")
-    H = (int(turn_id.max()) + 1 if turn_id.numel() else 1) if H is None else H
-    H = max(H, 1)
-    if turn_id.numel() and int(turn_id.max()) >= H:
-        raise ValueError(f"turn_id has values up to {int(turn_id.max())} but H={H}")
-    adv_t = turn_to_token(adv, turn_id) if turn_adv else adv                    # (B, T)
-    adv_t = torch.where(mask, adv_t, torch.zeros_like(adv_t)).to(logp.dtype)
-
-    hyper = dict(scheme.defaults)
-    hyper.update(clip_kwargs or {})
-    hyper.update(kw)
-    params = inspect.signature(scheme.fn).parameters
-    unknown = [k for k in hyper if k not in params or k in CONTEXT_ARGS]
-    if unknown:
-        raise ValueError(f"clip={clip!r} does not take {unknown}; it takes {sorted(scheme.hyperparameters())}")
+    mask, turn_id, adv, H = check_loss_inputs(logp, old_logp, adv, loss_mask, turn_id, H=H, adv_level=adv_level,
+                                              ref_logp=ref_logp, rollout_logp=rollout_logp, is_weights=is_weights)
+    hyper = scheme.resolve(clip, {**(clip_kwargs or {}), **kw})
 
     d = token_log_ratio(logp, old_logp, mask)                                   # (B, T) raw
-    lr = clamp_log(log_ratio(logp, old_logp, mask, turn_id, level, H=H, straight_through=straight_through),
-                   log_ratio_clamp)
-    r = torch.where(mask, torch.exp(lr), torch.ones_like(lr))                   # (B, T) level ratio
-    ctx = {"mask": mask, "turn_id": turn_id, "logp": logp, "old_logp": old_logp, "rollout_logp": rollout_logp,
-           "token_log_ratio": d, "log_clamp": log_ratio_clamp, "generator": generator,
-           "pool": lambda x, how="mean": pool(x, mask, turn_id, level, how, H)}
-    out = scheme.fn(r, adv_t, **{k: ctx[k] for k in params if k in CONTEXT_ARGS}, **hyper)
+    lr = log_ratio(logp, old_logp, mask, turn_id, level, H=H, straight_through=straight_through)
+    r = torch.where(mask, torch.exp(clamp_log(lr, log_ratio_clamp)), torch.ones_like(lr))   # (B, T) level ratio
+    ctx = LossContext(mask, turn_id, logp, old_logp, rollout_logp, d, log_ratio_clamp, generator, level, H)
+    out = scheme(r, adv, ctx, **hyper)                                          # token losses + clip masks
 
     token_loss = out.loss if is_weights is None else out.loss * is_weights
-    w = agg_weights(mask, agg, dtype=logp.dtype, **(agg_kwargs or {}))         # (B, T)
     zero = torch.zeros_like(token_loss)
-    loss_pg = (torch.where(mask, token_loss, zero) * w).sum()
-    info: dict = {"level": level, "clip": clip, "agg": agg, "loss_pg": loss_pg.detach()}
+    w = agg_weights(mask, agg, dtype=logp.dtype, **(agg_kwargs or {}))         # (B, T)
+    info: dict = {"level": level, "clip": clip, "agg": agg,
+                  "loss_pg": (torch.where(mask, token_loss, zero) * w).sum().detach()}
     if ref_logp is not None:
         kl_tok = torch.where(mask, kl_estimate(logp, ref_logp, kl or "k3"), zero)   # (B, T)
         info["kl_ref"] = (kl_tok * w).sum().detach()
-        if kl_coef:
-            token_loss = token_loss + kl_coef * kl_tok
+        token_loss = token_loss + kl_coef * kl_tok if kl_coef else token_loss
     token_loss = torch.where(mask, token_loss, zero)
     loss = (token_loss * w).sum()
 
-    with torch.no_grad():
-        dc = clamp_log(d, (-20.0, 20.0))
-        f = lambda b: b.to(logp.dtype)                                          # noqa: E731
-        stats = {"clip_frac": (f(out.high | out.low), "mean", 0.0), "clip_frac_high": (f(out.high), "mean", 0.0),
-                 "clip_frac_low": (f(out.low), "mean", 0.0), "extra_frac": (f(out.extra), "mean", 0.0),
-                 "ratio_mean": (r, "mean", 1.0), "ratio_min": (r, "min", 1.0), "ratio_max": (r, "max", 1.0),
-                 "ppo_kl": (-clamp_log(d, log_ratio_clamp), "mean", 0.0),
-                 "approx_kl": (torch.expm1(dc) - dc, "mean", 0.0)}
-        for name, (x, red, empty) in stats.items():
-            info[name], info[name + "_turn"] = turn_stats(x, mask, turn_id, H, red, empty)
-        info["n_tokens"] = mask.sum()
-        info["tokens_turn"] = segment_count(turn_id[mask], H, torch.long)
-        info.update(ratio=r.detach(), clipped=(out.high | out.low) & mask, agg_weight=w.detach())
-    info["token_loss"] = token_loss
+    info.update(loss_stats(out, r, d, mask, turn_id, H, log_ratio_clamp), agg_weight=w.detach(), token_loss=token_loss)
     return loss, info
-

@@ -1,4 +1,4 @@
-"""Schemes that keep every token's gradient and act on its weight: CISPO, SAPO, GPG, Clip-Cov, KL-Cov.
+"""Schemes that keep every token's gradient and act on its weight: CISPO, SAPO, GPG, Clip-Cov, KL-Cov, DRO, VESPO.
 
 Dimension legend: B rollouts, T token positions. Same contract as ``clipping.py``:
 ``scheme(ratio, adv, *, <context>, <hyperparameters>) -> Clip`` on (B, T) tensors.
@@ -8,15 +8,19 @@ Dimension legend: B rollouts, T token positions. Same contract as ``clipping.py`
     gpg       l = -A logp   (no ratio)                                  arXiv 2504.02546
     clip_cov  PPO, then a few high-covariance tokens lose their gradient     arXiv 2505.22617
     kl_cov    -A r, plus |d| on the top covariance tokens                    arXiv 2505.22617
+    dro       l = -(A logp - (beta / 2) d^2)                            verl 0.9.1 ``dro``, arXiv 2405.19107
+    vespo     l = -sg(phi(W)) A logp, W = prod_t r_t over the unit     arXiv 2602.10693 (TRL ``vespo``)
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .clipping import Clip, ppo
 from .ratios import check_like
 
-__all__ = ["cispo", "sapo", "gpg", "clip_cov", "kl_cov", "centered_cov"]
+__all__ = ["cispo", "sapo", "gpg", "clip_cov", "kl_cov", "centered_cov", "dro", "vespo"]
 
 
 def _none(x: torch.Tensor) -> torch.Tensor:
@@ -110,3 +114,43 @@ def kl_cov(ratio, adv, *, logp, mask, token_log_ratio, kl_cov_ratio: float = 2e-
     chosen = chosen.view_as(ratio)
     loss = -adv * ratio + torch.where(chosen, ppo_kl_coef * token_log_ratio.abs(), torch.zeros_like(ratio))
     return Clip(loss, _none(ratio), _none(ratio), chosen)
+
+
+def dro(ratio, adv, *, logp, token_log_ratio, beta: float = 0.05) -> Clip:
+    """DRO as verl 0.9.1 / Tinker: advantage-weighted log-likelihood minus a quadratic log-ratio penalty.
+
+        l_t = -(A_t logp_t - (beta / 2) d_t^2),   d_t = logp_t - logp_old,t;  grad = -(A - beta d) grad logp
+
+    No ratio and no clip: the penalty pulls logp back toward logp_old (stationary at d = A / beta).
+    beta = 0.05 (verl PR 7245's and Tinker's example; verl's default is null and must be set > 0).
+    Paper vs library: Richemond et al. (arXiv 2405.19107) regress a learned value with a log-ratio
+    to a reference policy; verl's "dro" is this simplified penalty to the old policy.
+    Example: A [1, -1, 0], logp [-1, -1, -1], d [0, 1, 2], beta 0.5 -> [1.0, -0.75, 1.0].
+    """
+    check_like(ratio, "ratio", adv=adv, logp=logp, token_log_ratio=token_log_ratio)
+    if not beta > 0:
+        raise ValueError(f"dro beta must be > 0, got {beta}")
+    return Clip(-(logp * adv - 0.5 * beta * token_log_ratio.square()), _none(ratio), _none(ratio), _none(ratio))
+
+
+def vespo(ratio, adv, *, logp, token_log_ratio, pool, k_pos: float = 2.0, lambda_pos: float = 3.0,
+          k_neg: float = 3.0, lambda_neg: float = 2.0) -> Clip:
+    """VESPO (arXiv 2602.10693; TRL ``loss_type="vespo"``): a gamma-shaped weight of the unit's full ratio.
+
+        log W = clamp(sum_{t in unit} clamp(d_t, -20, 20), ln 1e-8, 20)       (a sum: the product ratio)
+        phi(W) = exp(lambda + k log W - lambda W)                             (phi(1) = 1, peak at W = k / lambda)
+        l_t = -sg(phi) A_t logp_t,   (k, lambda) = (2, 3) if A_t >= 0 else (3, 2)
+
+    The unit is the trajectory by default (TRL: the completion); ``ratio="turn"`` weighs each turn
+    by its own product ratio. NaN / inf weights become 0 (as TRL). TRL folds the vLLM importance
+    ratio into W; here pass it as ``is_weights`` only if you want it multiplied instead.
+    Example: one-token units, log W [0, ln 2, -50 -> ln 1e-8], A = 1, logp = -1 -> phi [1, 4 e^-3, ~0],
+    l = [1.0, 0.1991, 0.0].
+    """
+    check_like(ratio, "ratio", adv=adv, logp=logp, token_log_ratio=token_log_ratio)
+    log_w = pool(token_log_ratio.detach().clamp(-20.0, 20.0), "sum").clamp(math.log(1e-8), 20.0)   # (B, T)
+    pos = adv >= 0
+    k = torch.where(pos, torch.full_like(adv, k_pos), torch.full_like(adv, k_neg))
+    lam = torch.where(pos, torch.full_like(adv, lambda_pos), torch.full_like(adv, lambda_neg)).clamp(min=1e-4)
+    phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(0.0, 0.0, 0.0)
+    return Clip(-phi * adv * logp, _none(ratio), _none(ratio), _none(ratio))

@@ -40,7 +40,9 @@ DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_CHECKPOINT = DATA / "checkpoints" / "tinylm.pt"
 TINYLM_PRESET = dict(d_model=64, n_layer=2, n_head=4, max_len=1024)
 # env settings of the BC data: the shipped demos (GridWorld: random 4x4 maps) replayed with these kwargs
-PRETRAIN_ENVS = {"gridworld": {"size": 4, "max_turns": 10}, "mock_search": {}}
+# MockSearch with 4 distractor sentences a result (~60 words, ~150 tokens): the passages the shipped
+# checkpoint was trained on; its default 200-word passages outgrow TinyLM's 1024-token context
+PRETRAIN_ENVS = {"gridworld": {"size": 4, "max_turns": 10}, "mock_search": {"noise_sentences": 4}}
 
 
 def build_tokenizer() -> WordTokenizer:
@@ -199,7 +201,8 @@ def greedy_success(model, env: str, env_kwargs: dict, n: int = 64, seed: int = 1
 RUNS_DIR = DATA / "runs" / "small_llm"
 _GRID = dict(env="gridworld", env_kwargs={"map_name": "4x4"}, max_turns=8, group_size=8, prompts_per_step=2)
 _RAND = dict(env="gridworld", env_kwargs={"size": 4}, max_turns=8, group_size=8, prompts_per_step=4)
-_SEARCH = dict(env="mock_search", env_kwargs={}, max_turns=5, group_size=8, prompts_per_step=4)
+_SEARCH = dict(env="mock_search", env_kwargs=PRETRAIN_ENVS["mock_search"], max_turns=5, group_size=8,
+               prompts_per_step=4)
 # name -> TrainConfig fields of notebook 9's runs (all: last_k context of 1 turn, lr 3e-4)
 SMALL_LLM_RUNS = {
     "grid4x4_bc_grpo": dict(_GRID, policy="tinylm", estimator="grpo", steps=15),
@@ -305,7 +308,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     minutes, cpu_minutes = (time.perf_counter() - t0) / 60, (time.process_time() - c0) / 60
     evals = {} if a.no_eval else {"greedy_success_gridworld_4x4": greedy_success(model, "gridworld", {"map_name": "4x4", "max_turns": 10}),
              "greedy_success_gridworld_random4": greedy_success(model, "gridworld", {"size": 4, "max_turns": 10}),
-             "greedy_success_mock_search": greedy_success(model, "mock_search", {})}
+             "greedy_success_mock_search": greedy_success(model, "mock_search", PRETRAIN_ENVS["mock_search"])}
     meta = {"command": "toyrl pretrain " + " ".join(sys.argv[1:] if argv is None else argv), "steps": a.steps,
             "final_loss": float(np.mean(losses[-50:])), "minutes": minutes, "cpu_minutes": cpu_minutes,
             "threads": torch.get_num_threads(), "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,

@@ -243,6 +243,27 @@ class ToyTransformer(nn.Module):
         return teacher_forced(logits, tokens, attn_mask, self.pad_id, allowed, temperature)
 
     # ---- generation with a KV cache -------------------------------------------------------------
+    def _generate_inputs(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float,
+                         past: Optional[ToyPast]) -> Tuple[Tensor, Tensor, Tensor]:
+        """Checked (context, mask) with ``past``'s pending token in front, and real tokens so far (B,)."""
+        if max_new < 1 or temperature <= 0:
+            raise ValueError(f"need max_new >= 1 and temperature > 0 (use greedy=True for argmax), "
+                             f"got {max_new}, {temperature}")
+        context_mask = context_mask.to(torch.bool)
+        if context.dim() != 2 or context_mask.shape != context.shape:
+            raise ValueError(f"context {tuple(context.shape)} and context_mask {tuple(context_mask.shape)} "
+                             "must be the same (B, L)")
+        if past is not None:                                               # feed the pending token first
+            context = torch.cat([past.pending, context], 1)
+            context_mask = torch.cat([past.pending_mask, context_mask], 1)
+        n_ctx = context_mask.sum(1) + (0 if past is None else past.n_real)    # (B,) real tokens so far
+        if past is None and not bool((n_ctx > 0).all()):
+            raise ValueError("every row of the context needs at least one real token")
+        if int(n_ctx.max()) + max_new > self.config.max_len:
+            raise ValueError(f"context + max_new = {int(n_ctx.max()) + max_new} real tokens > max_len="
+                             f"{self.config.max_len}")
+        return context, context_mask, n_ctx
+
     @torch.no_grad()
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
                  stop_token=None, allowed: Optional[Tensor] = None, greedy: bool = False,
@@ -260,26 +281,11 @@ class ToyTransformer(nn.Module):
         depends on what the row wrote so far: ``constraint.allowed()`` (B, V) before each step,
         ``constraint.advance(tok, logp_all, live)`` after it.
         """
-        if max_new < 1 or temperature <= 0:
-            raise ValueError(f"need max_new >= 1 and temperature > 0 (use greedy=True for argmax), "
-                             f"got {max_new}, {temperature}")
-        context_mask = context_mask.to(torch.bool)
+        context, context_mask, n_ctx = self._generate_inputs(context, context_mask, max_new, temperature, past)
         stops = None if stop_token is None else torch.as_tensor(stop_token, device=context.device).reshape(-1)
-        if context.dim() != 2 or context_mask.shape != context.shape:
-            raise ValueError(f"context {tuple(context.shape)} and context_mask {tuple(context_mask.shape)} "
-                             "must be the same (B, L)")
-        if past is not None:                                               # feed the pending token first
-            context = torch.cat([past.pending, context], 1)
-            context_mask = torch.cat([past.pending_mask, context_mask], 1)
         B, L = context.shape
         dev = context.device
         n0 = 0 if past is None else past.key_valid.size(1)                 # cached slots
-        n_ctx = context_mask.sum(1) + (0 if past is None else past.n_real)    # (B,) real tokens so far
-        if past is None and not bool((n_ctx > 0).all()):
-            raise ValueError("every row of the context needs at least one real token")
-        if int(n_ctx.max()) + max_new > self.config.max_len:
-            raise ValueError(f"context + max_new = {int(n_ctx.max()) + max_new} real tokens > max_len="
-                             f"{self.config.max_len}")
         S0 = n0 + L                                                        # slot of the first new token
         caches = [KVCache(S0 + max_new, *(() if past is None else (past.k[i], past.v[i])))
                   for i in range(len(self.h))]

@@ -12,6 +12,8 @@ moves to verl by changing the import; the math is toyrl's (``policy_loss``, ``ag
   tau_pos (1.0), tau_neg (1.05), global_batch_info (dict of dp_size, batch_num_tokens,
   global_batch_size, loss_scale_factor, passed to ``agg_loss``).
 - SAPO always aggregates with seq-mean-token-mean; geo_mean takes the plain mean over all B rows.
+- dppo_tv / dppo_kl read the divergence thresholds from clip_ratio_low / high and the truncation
+  cap from clip_ratio_c (20.0 when absent); dro reads ``policy_loss.dro_beta`` (must be > 0).
 - Deliberate difference: an all-masked batch gives loss 0 here where verl divides 0 by 0.
   Assertions of verl (clip_ratio_c > 1) raise ``ValueError`` here.
 """
@@ -27,7 +29,8 @@ from ..objectives import aggregate, kl_estimate, policy_loss, token_log_ratio
 
 __all__ = ["agg_loss", "kl_penalty", "compute_policy_loss", "get_policy_loss_fn", "POLICY_LOSS_REGISTRY",
            "compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_cispo",
-           "compute_policy_loss_sapo", "compute_policy_loss_geo_mean", "compute_policy_loss_gpg"]
+           "compute_policy_loss_sapo", "compute_policy_loss_geo_mean", "compute_policy_loss_gpg",
+           "compute_policy_loss_dppo_tv", "compute_policy_loss_dppo_kl", "compute_policy_loss_dro"]
 
 _KL_NAMES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
@@ -176,9 +179,42 @@ def compute_policy_loss_gpg(old_log_prob, log_prob, advantages, response_mask, l
     return loss, {}
 
 
+def _dppo(clip, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights):
+    delta_low, delta_high = _clip_range(config)
+    loss, info = _run(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
+                      clip=clip, delta_low=delta_low, delta_high=delta_high, cap=_cfg(config, "clip_ratio_c", 20.0))
+    return loss, _metrics(info, lower=info["extra_frac"])
+
+
+def compute_policy_loss_dppo_tv(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean",
+                                config: Optional[Any] = None, rollout_is_weights=None):
+    """verl ``dppo_tv``: TV-divergence mask (clip_ratio_low / high as thresholds), TIS cap clip_ratio_c."""
+    return _dppo("dppo_tv", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+                 rollout_is_weights)
+
+
+def compute_policy_loss_dppo_kl(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean",
+                                config: Optional[Any] = None, rollout_is_weights=None):
+    """verl ``dppo_kl``: binary-KL mask (clip_ratio_low / high as thresholds), TIS cap clip_ratio_c."""
+    return _dppo("dppo_kl", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+                 rollout_is_weights)
+
+
+def compute_policy_loss_dro(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean",
+                            config: Optional[Any] = None, rollout_is_weights=None):
+    """verl ``dro``: -(A logp - beta / 2 d^2) with beta = policy_loss.dro_beta; metrics: ppo_kl only."""
+    beta = _cfg(_cfg(config, "policy_loss", None), "dro_beta", None)
+    if beta is None or not beta > 0:
+        raise ValueError("policy_loss.dro_beta must be a positive value when using DRO")
+    loss, info = _run(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
+                      clip="dro", beta=beta, log_ratio_clamp=(-math.inf, math.inf))
+    return loss, {"actor/ppo_kl": float(info["ppo_kl"])}
+
+
 POLICY_LOSS_REGISTRY = {
     "vanilla": compute_policy_loss_vanilla, "gspo": compute_policy_loss_gspo, "cispo": compute_policy_loss_cispo,
     "sapo": compute_policy_loss_sapo, "geo_mean": compute_policy_loss_geo_mean, "gpg": compute_policy_loss_gpg,
+    "dppo_tv": compute_policy_loss_dppo_tv, "dppo_kl": compute_policy_loss_dppo_kl, "dro": compute_policy_loss_dro,
 }
 
 

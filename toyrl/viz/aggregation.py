@@ -28,8 +28,9 @@ from ..objectives import agg_weights
 from ..train import TrainConfig
 from .prototype import RUNS_DIR, arms_figure, final_mean, sweep_to
 
-__all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "grid_config",
-           "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "precompute", "KEYS"]
+__all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "weights_panel",
+           "grid_config", "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "agg_panel", "precompute",
+           "KEYS"]
 
 KEYS = ("reward_mean", "success_rate", "turns_per_episode", "zero_var_frac", "clip_frac", "grad_norm")
 
@@ -91,6 +92,16 @@ def plot_advantage_mass(G: int = 8, ax=None):
     return ax
 
 
+def weights_panel(short: int = 3, long: int = 24, G: int = 8):
+    """Notebook 8's weights widget: ``plot_token_weights`` of lengths (short, midpoint, long) beside
+    ``plot_advantage_mass(G)``."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+    plot_token_weights([short, (short + long) // 2, long], ax=axes[0])
+    plot_advantage_mass(G, ax=axes[1])
+    return fig
+
+
 def grid_config(steps: int = 30, seed: int = 0, **kw) -> TrainConfig:
     """GridWorld 4x4 (16 turns at most), P = 4 tasks x G = 8."""
     env_kwargs = kw.pop("env_kwargs", {"map_name": "4x4", "max_turns": 16})
@@ -135,6 +146,12 @@ def granularity_table(sweep: dict, arms=("LOOP token", "LOOP turn", "LOOP trajec
 def plot_agg_panel(sweep: dict, key: str = "turns_per_episode", arms=None, smooth_w: int = 5):
     """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds)."""
     return arms_figure(sweep, key, arms, smooth_w)
+
+
+def agg_panel(sweeps: dict, sweep: str = "", metric: str = "turns_per_episode", smooth: int = 5):
+    """Notebook 8's curve widget: ``plot_agg_panel`` of the sweep named ``sweep`` in ``sweeps`` (the first
+    when empty). Bind the sweeps: ``interactive(bind(agg_panel, sweeps), sweep=list(sweeps), ...)``."""
+    return plot_agg_panel(sweeps[sweep or next(iter(sweeps))], key=metric, smooth_w=smooth)
 
 
 def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30, which=("length", "loop")) -> list:

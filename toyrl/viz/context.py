@@ -17,16 +17,14 @@ Precompute the learning curves: ``python -m toyrl.viz.context`` (writes data/run
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, arms_figure, sweep_to
+from .prototype import arms_figure, sweep_precompute
 
-__all__ = ["grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "context_arms",
+__all__ = ["grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "bias_panel", "context_arms",
            "plot_context_panel", "precompute", "KEYS"]
 
 KEYS = ("reward_mean", "success_rate", "ratio_max", "ratio_min", "clip_frac", "approx_kl", "tokens_generated")
@@ -93,6 +91,13 @@ def plot_ratio_bias(res: dict, ax=None, title: str = ""):
     return ax
 
 
+def bias_panel(context: str = "summary", context_k: int = 1, seed: int = 0):
+    """Notebook 5's widget: ``plot_ratio_bias`` of a fresh batch, the title naming ``bias_slope``."""
+    r = ratio_bias_per_turn(context, context_k, seed=seed)
+    ax = plot_ratio_bias(r, title=f"context={context}, k={context_k}: slope {bias_slope(r):+.4f} per turn")
+    return ax.figure
+
+
 def context_arms(steps: int = 40) -> dict:
     """Full context; last_k (k=1) with matched and with flat recompute; last_k with RTPO on tree rollouts."""
     return {
@@ -103,15 +108,10 @@ def context_arms(steps: int = 40) -> dict:
     }
 
 
-def plot_context_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5):
-    """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds)."""
-    return arms_figure(sweep, key, arms, smooth_w)
+plot_context_panel = arms_figure
+"""the learning curves of the sweep: ``arms_figure(sweep, key, arms, smooth_w)``"""
 
-
-def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:
-    """Write data/runs/context/mismatch.json: the four arms of ``context_arms`` on ``seeds``."""
-    return sweep_to(Path(out_dir or RUNS_DIR / "context") / "mismatch.json", context_arms(steps), seeds, steps, KEYS,
-                    "python -m toyrl.viz.context")
+precompute = sweep_precompute("context/mismatch.json", context_arms, KEYS, 40, "toyrl.viz.context")
 
 
 if __name__ == "__main__":

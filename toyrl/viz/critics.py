@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,9 +29,9 @@ from ..credit.critics import DoubleCritic, TurnCritic, archer, archer_losses, so
 from ..demos import expert_actions, process_scores
 from ..envs import make_core
 from ..train import TrainConfig
-from .prototype import RUNS_DIR, arms_figure, sweep_to
+from .prototype import arms_figure, sweep_precompute
 
-__all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "critic_arms",
+__all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "value_panel", "critic_arms",
            "plot_critic_panel", "precompute", "KEYS"]
 
 KEYS = ("reward_mean", "success_rate", "critic_loss", "grad_norm")
@@ -154,6 +153,15 @@ def plot_value_fit(results: dict, ax=None, title: str = ""):
     return ax
 
 
+def value_panel(p_expert: float = 0.9, n_train: int = 64, steps: int = 100, n_test: int = 128):
+    """Notebook 6's widget: observable vs privileged critic fitted on ``n_train`` episodes (seed 0),
+    held-out error on ``n_test`` (seed 99), drawn by ``plot_value_fit``."""
+    tr, te = collect_grid(n_train, seed=0, p_expert=p_expert), collect_grid(n_test, seed=99, p_expert=p_expert)
+    fits = {"observable": fit_value(tr, te, privileged=False, steps=steps),
+            "privileged": fit_value(tr, te, privileged=True, steps=steps)}
+    return plot_value_fit(fits).figure
+
+
 def critic_arms(steps: int = 40) -> dict:
     """GRPO vs Turn-PPO (turn_gae, gamma 0.99, lambda 0.9, trainer-fitted critic) on GridWorld 4x4."""
     base = TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, prompts_per_step=4,
@@ -163,15 +171,10 @@ def critic_arms(steps: int = 40) -> dict:
                                            estimator_kwargs={"gamma": 0.99, "lam": 0.9}, critic_gamma=0.99)}
 
 
-def plot_critic_panel(sweep: dict, key: str = "success_rate", smooth_w: int = 5):
-    """Widget panel: ``key`` over steps for each arm (mean +- s.e. over seeds)."""
-    return arms_figure(sweep, key, None, smooth_w)
+plot_critic_panel = arms_figure
+"""the learning curves of the sweep: ``arms_figure(sweep, key, arms, smooth_w)``"""
 
-
-def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 40) -> Path:
-    """Write data/runs/critics/curves.json: GRPO vs Turn-PPO on ``seeds``."""
-    return sweep_to(Path(out_dir or RUNS_DIR / "critics") / "curves.json", critic_arms(steps), seeds, steps, KEYS,
-                    "python -m toyrl.viz.critics")
+precompute = sweep_precompute("critics/curves.json", critic_arms, KEYS, 40, "toyrl.viz.critics")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@ state, so a widget callback is ``fig = f(**slider_values)`` and a test can call 
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from functools import partial
+from typing import Callable, Optional, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 __all__ = ["KINDS", "KIND_COLORS", "new_figure", "heatmap", "plot_log", "smooth", "as_numpy", "log_columns",
-           "mark_steps"]
+           "mark_steps", "bind"]
 
 #: token kinds of a flat multi-turn sequence, in the order of their integer codes
 KINDS = ("pad", "prompt", "think", "action", "void", "obs")
@@ -123,3 +124,14 @@ def plot_log(log, keys: Sequence[str], *, window: int = 1, ncols: int = 4, marks
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def bind(fn: Callable, *data, **fixed) -> partial:
+    """``functools.partial(fn, *data, **fixed)`` carrying ``fn``'s name: a widget callback that gets its data
+    as arguments instead of reading notebook globals (ipywidgets' ``interactive`` needs the name).
+
+        widgets.interactive(bind(curve_panel, sweep), metric=["success_rate", "grad_norm"], smooth=(1, 10))
+    """
+    p = partial(fn, *data, **fixed)
+    p.__name__ = fn.__name__
+    return p

@@ -29,9 +29,10 @@ from ..port.verl_credit import batch_from_verl
 from ..port.verl_loader import load_core_algos
 from ..train import TrainConfig, train
 
-__all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "load_sweep", "curve_stats", "final_mean", "smooth",
-           "verl_estimator", "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute",
-           "toy_verl_inputs", "plot_compare"]
+__all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "sweep_precompute", "load_sweep", "curve_stats",
+           "final_mean", "smooth", "arm_curves", "draw_curves", "arms_figure", "curve_panel", "verl_estimator",
+           "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute", "toy_verl_inputs",
+           "plot_compare"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs"
 """where precomputed sweeps live: data/runs/<topic>/<name>.json"""
@@ -78,6 +79,21 @@ def sweep_to(path, arms: dict, seeds, steps: int, keys, command: str) -> Path:
     return save_sweep(path, sweep, {"seeds": list(seeds), "steps": steps, "command": command})
 
 
+def sweep_precompute(name: str, arms_fn, keys, steps: int, module: str):
+    """A notebook's ``precompute(out_dir=None, seeds=(0, 1, 2), steps=steps) -> Path``: train
+    ``arms_fn(steps)`` on the seeds and write data/runs/``name`` (``sweep_to``), recording the command
+    ``python -m <module>`` that makes it again. Example: sweep_precompute("void/filter.json", void_arms,
+    KEYS, 30, "toyrl.viz.void")() writes data/runs/void/filter.json."""
+    topic, file = name.split("/")
+
+    def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = steps) -> Path:
+        return sweep_to(Path(out_dir or RUNS_DIR / topic) / file, arms_fn(steps), seeds, steps, keys,
+                        f"python -m {module}")
+
+    precompute.__doc__ = f"Write data/runs/{name}: the arms of ``{arms_fn.__name__}`` on ``seeds``."
+    return precompute
+
+
 def load_sweep(path) -> tuple[dict, dict]:
     """(sweep, meta) from ``save_sweep``'s file; null -> NaN."""
     data = json.loads(Path(path).read_text())
@@ -107,26 +123,47 @@ def curve_stats(rows, w: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return np.nanmean(x, 0), np.nanstd(x, 0) / np.sqrt(n)
 
 
-def plot_band(ax, rows, label: str, smooth_w: int = 1, x=None) -> None:
-    """One arm on ``ax``: the mean over seeds of its (S, N) curves, with a +- s.e. band."""
-    m, se = curve_stats(rows, smooth_w)
-    xs = np.arange(len(m)) if x is None else x
-    ax.plot(xs, m, label=label)
-    ax.fill_between(xs, m - se, m + se, alpha=0.2)
+def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "step") -> dict:
+    """The data of a sweep panel: {arm: {"x", "mean", "se"}}, each (N,), for the chosen arms that logged ``key``.
 
-
-def arms_figure(sweep: dict, key: str, arms=None, smooth_w: int = 5):
-    """Widget panel: ``key`` over steps for the chosen arms of a sweep (mean +- s.e. over seeds);
-    arms that did not log ``key`` are left out."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ``mean`` / ``se``: mean and standard error over seeds after smoothing (``curve_stats``); ``x``:
+    the step index, or with ``x="tokens"`` the cumulative mean ``tokens_generated`` (an equal-budget axis).
+    Example: {"a": {"r": [[0., 1.], [2., 3.]]}}, "r" -> {"a": {"x": [0, 1], "mean": [1., 2.], "se": [.71, .71]}}.
+    """
+    out = {}
     for name in arms or sweep:
         if key in sweep[name]:
-            plot_band(ax, sweep[name][key], name, smooth_w)
-    ax.set_xlabel("step")
-    ax.set_title(key)
+            m, se = curve_stats(sweep[name][key], smooth_w)
+            xs = np.arange(len(m)) if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
+            out[name] = {"x": xs, "mean": m, "se": se}
+    return out
+
+
+def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "step"):
+    """Draw ``arm_curves``' output on ``ax``: one line per arm (labelled by arm) and its +- s.e. band."""
+    for name, c in curves.items():
+        ax.plot(c["x"], c["mean"], label=name)
+        ax.fill_between(c["x"], c["mean"] - c["se"], c["mean"] + c["se"], alpha=0.2)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
+    return ax
+
+
+def arms_figure(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step"):
+    """Widget panel: ``key`` over steps (or cumulative tokens, ``x="tokens"``) for the chosen arms of a
+    sweep (mean +- s.e. over seeds); arms that did not log ``key`` are left out."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), key,
+                "step" if x == "step" else "tokens generated (cumulative)")
     return fig
+
+
+def curve_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5):
+    """The notebooks' learning-curve widget: ``arms_figure`` of every arm, by the widget's names.
+    Bind the sweep, not a global: ``interactive(bind(curve_panel, sweep), metric=[...], smooth=(1, 10))``."""
+    return arms_figure(sweep, metric, None, smooth)
 
 
 def final_mean(rows, last: int = 10) -> tuple[float, float]:
@@ -141,15 +178,8 @@ def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, 
     import matplotlib.pyplot as plt
     if ax is None:
         ax = plt.subplots(figsize=(6, 3.2))[1]
-    for name in arms or sweep:
-        m, se = curve_stats(sweep[name][key], w)
-        x = np.arange(len(m))
-        ax.plot(x, m, label=name)
-        ax.fill_between(x, m - se, m + se, alpha=0.2)
-    ax.set_xlabel("step")
+    draw_curves(ax, arm_curves(sweep, key, arms, w), title or f"{key} (mean +- s.e. over seeds, window {w})")
     ax.set_ylabel(key)
-    ax.set_title(title or f"{key} (mean +- s.e. over seeds, window {w})")
-    ax.legend(fontsize=8)
     return ax
 
 
@@ -245,10 +275,8 @@ def prototype_arms(steps: int = 30) -> dict:
     return {name: replace(base, estimator=name) for name in ("grpo", "gigpo", "loo_turn")}
 
 
-def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
-    """Write data/runs/prototype/compare.json (the notebook's multi-seed comparison)."""
-    return sweep_to(Path(out_dir or RUNS_DIR / "prototype") / "compare.json", prototype_arms(steps), seeds, steps,
-                    ("reward_mean", "success_rate", "turns_per_episode"), "python -m toyrl.viz.prototype")
+precompute = sweep_precompute("prototype/compare.json", prototype_arms,
+                              ("reward_mean", "success_rate", "turns_per_episode"), 30, "toyrl.viz.prototype")
 
 
 if __name__ == "__main__":

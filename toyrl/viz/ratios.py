@@ -39,8 +39,8 @@ from .plots import new_figure
 __all__ = ["RATIO_ENVS", "EPS_KEYS", "scaled_clip_kwargs", "stale_setup", "ratio_stats", "compare_schemes",
            "compare_masking", "ratio_panel", "plot_schemes"]
 
-#: small settings whose full contexts fit the toy policy's max_len of 192 tokens
-RATIO_ENVS = {"mock_search": {"noise_sentences": 1, "max_turns": 3},
+#: small settings (MockSearch: every passage word is an observation token, as in a real tool output)
+RATIO_ENVS = {"mock_search": {"noise_sentences": 3, "max_turns": 3, "token_view": "word"},
               "gridworld": {"map_name": "4x4", "max_turns": 8}}
 
 #: the clip-width hyperparameters of each scheme that ``eps_scale`` multiplies (SAPO: the gate width 1/tau)

@@ -14,16 +14,15 @@ Precompute the learning curves: ``python -m toyrl.viz.trees`` (writes data/runs/
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, plot_band, sweep_to
+from .prototype import arms_figure, sweep_precompute
 
-__all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "draw_tree", "sample_tree",
-           "plot_tree_panel", "precompute", "KEYS"]
+__all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "leaf_outcomes", "draw_tree",
+           "sample_tree", "tree_panel", "plot_tree_panel", "tree_curve_panel", "precompute", "KEYS"]
 
 KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode")
 
@@ -119,8 +118,16 @@ def sample_tree(rollout: str = "tree", *, seed: int = 0, task: int = 0):
     return b.node[rows], b.turn_mask[rows], b.outcome()[rows], dict(ro.stats)
 
 
+def leaf_outcomes(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor) -> dict:
+    """{node id of each row's last valid turn: that row's outcome}. Example: node [[0, 1], [0, 2]], R [1., 0.]
+    -> {1: 1.0, 2: 0.0}."""
+    n_valid = turn_mask.sum(1)
+    return {int(node[i, n - 1]): float(R[i]) for i, n in enumerate(n_valid.tolist()) if n}
+
+
 def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=None, title: str = ""):
-    """Draw the rows' tree: one dot per turn node, leaves coloured by outcome (green 1, grey 0)."""
+    """Draw the rows' tree: one dot per turn node (at ``tree_layout``), an edge per ``tree_edges`` pair,
+    leaves coloured by outcome (green 1, grey 0; ``leaf_outcomes``)."""
     import matplotlib.pyplot as plt
     edges, depth = tree_edges(node, turn_mask)
     pos = tree_layout(edges, depth)
@@ -128,11 +135,7 @@ def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=N
     for p, c in edges:
         (x0, y0), (x1, y1) = pos[p], pos[c]
         ax.plot([x0, x1], [y0, y1], "-", color="0.6", lw=0.8)
-    leaf_of = {}
-    for i in range(node.shape[0]):
-        n_valid = int(turn_mask[i].sum())
-        if n_valid:
-            leaf_of[int(node[i, n_valid - 1])] = float(R[i])
+    leaf_of = leaf_outcomes(node, turn_mask, R)
     xs = [pos[n][0] for n in pos if n != -1]
     ys = [pos[n][1] for n in pos if n != -1]
     ax.scatter(xs, ys, s=10, color="C0", zorder=3)
@@ -145,23 +148,25 @@ def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=N
     return ax
 
 
-def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step"):
-    """Widget panel: ``key`` per step or per cumulative generated token, for the chosen arms."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    for name in arms or sweep:
-        xs = None if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
-        plot_band(ax, sweep[name][key], name, smooth_w, xs)
-    ax.set_xlabel("step" if x == "step" else "tokens generated (cumulative)")
-    ax.set_title(key)
-    ax.legend(fontsize=8)
-    return fig
+def tree_panel(strategy: str = "tree", seed: int = 0, task: int = 0):
+    """Notebook 7's tree widget: ``draw_tree`` of one task's rows of a fresh ``strategy`` batch, the title
+    naming the batch's leaves and tokens against its budget."""
+    node, mask, R, stats = sample_tree(strategy, seed=seed, task=task)
+    ax = draw_tree(node, mask, R, title=f"{strategy}, seed {seed}: {stats['leaves']} leaves in the batch, "
+                                        f"{stats['tokens_generated']} tokens (budget {stats['token_budget']})")
+    return ax.figure
 
 
-def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
-    """Write data/runs/trees/curves.json: the five arms of ``tree_arms`` on ``seeds``."""
-    return sweep_to(Path(out_dir or RUNS_DIR / "trees") / "curves.json", tree_arms(steps), seeds, steps, KEYS,
-                    "python -m toyrl.viz.trees")
+plot_tree_panel = arms_figure
+"""the learning curves: ``arms_figure(sweep, key, arms, smooth_w, x)``, x = "step" or "tokens" (cumulative)"""
+
+
+def tree_curve_panel(sweep: dict, metric: str = "success_rate", x: str = "step", smooth: int = 5):
+    """Notebook 7's curve widget: every arm's ``metric`` per step or per cumulative generated token."""
+    return arms_figure(sweep, metric, None, smooth, x)
+
+
+precompute = sweep_precompute("trees/curves.json", tree_arms, KEYS, 30, "toyrl.viz.trees")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ Precompute: ``python -m toyrl.viz.void`` (writes data/runs/void/filter.json).
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
-
 
 import numpy as np
 import torch
@@ -28,21 +26,22 @@ from ..diagnostics import grad_norm_per_turn
 from ..objectives import loss_mask, policy_loss
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
-from .prototype import RUNS_DIR, plot_band, sweep_to
+from .prototype import arm_curves, draw_curves, sweep_precompute
 
 __all__ = ["base_config", "void_arms", "void_gradients", "void_rate_by_turn", "plot_void_gradients",
-           "plot_void_panel", "precompute", "KEYS"]
+           "plot_void_panel", "toggled_arms", "void_panel", "precompute", "KEYS"]
 
 KEYS = ("reward_mean", "success_rate", "void_turn_rate", "void_traj_rate", "grad_norm", "kept_frac")
 
 
 def base_config(*, constrain: bool = False, void_penalty: float = 0.0, filters=(), steps: int = 30,
-                bc_steps: int = 20, seed: int = 0) -> TrainConfig:
+                bc_steps: int = 60, seed: int = 0) -> TrainConfig:
     """MockSearch (one-hop questions, no noise, 4 turns), GRPO after ``bc_steps`` of behaviour cloning.
 
-    ``constrain=False`` lets the policy write any token, so void turns stay common (about a third of
-    the turns after 20 BC steps) and rare: the regime SimpleTIR describes, a mostly well-formatted
-    policy that sometimes drifts off format."""
+    ``constrain=False`` lets the policy write any token, so void turns stay common (after 60 BC steps
+    about half the trajectories hold one, more in later turns) and rare: the regime SimpleTIR
+    describes, a mostly well-formatted policy that sometimes drifts off format. A well-formed turn
+    is two tokens here (END, then the action), so BC needs more steps than a one-token format."""
     return TrainConfig(env="mock_search", env_kwargs={"noise_sentences": 0, "max_turns": 4, "hops": (1,),
                                                       "void_penalty": float(void_penalty)},
                        constrain=constrain, filters=list(filters), prompts_per_step=4, group_size=8,
@@ -132,23 +131,32 @@ def plot_void_gradients(g: dict, ax=None):
 
 
 def plot_void_panel(sweep: dict, arms=None, key: str = "void_turn_rate", smooth_w: int = 5):
-    """Widget panel: ``key`` and the grad norm over steps for the chosen arms (mean +- s.e. over seeds)."""
+    """Widget panel: ``key`` (left) and the grad norm (right) over steps for the chosen arms (mean +- s.e.
+    over seeds; the curves of each side are ``arm_curves(sweep, k, arms, smooth_w)``)."""
     import matplotlib.pyplot as plt
-    arms = list(arms or sweep)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-    for name in arms:
-        for ax, k in zip(axes, (key, "grad_norm")):
-            plot_band(ax, sweep[name][k], name, smooth_w)
-            ax.set_title(k)
-            ax.set_xlabel("step")
-    axes[0].legend(fontsize=8)
+    for ax, k in zip(axes, (key, "grad_norm")):
+        draw_curves(ax, arm_curves(sweep, k, arms, smooth_w), k)
     return fig
 
 
-def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30) -> Path:
-    """Write data/runs/void/filter.json: the three arms of ``void_arms`` on ``seeds``."""
-    return sweep_to(Path(out_dir or RUNS_DIR / "void") / "filter.json", void_arms(steps), seeds, steps, KEYS,
-                    "python -m toyrl.viz.void")
+def toggled_arms(names, flags) -> list:
+    """The arms whose checkbox is on, in order; the first arm when every box is off.
+
+    Example: toggled_arms(["a", "b", "c"], (True, False, True)) -> ["a", "c"]; (False,) * 3 -> ["a"].
+    """
+    names = list(names)
+    return [a for a, on in zip(names, flags) if on] or names[:1]
+
+
+def void_panel(sweep: dict, metric: str = "void_turn_rate", smooth: int = 5, grpo: bool = True,
+               filtered: bool = True, penalty: bool = True):
+    """Notebook 4's widget: ``plot_void_panel`` of the arms ticked (GRPO, + void filter, + penalty, in
+    ``void_arms`` order). Bind the sweep: ``interactive(bind(void_panel, sweep), metric=[...], smooth=(1, 10))``."""
+    return plot_void_panel(sweep, toggled_arms(sweep, (grpo, filtered, penalty)), key=metric, smooth_w=smooth)
+
+
+precompute = sweep_precompute("void/filter.json", void_arms, KEYS, 30, "toyrl.viz.void")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,74 @@
+"""Every registered estimator equals its plain-loop reference (toyrl.credit.REFERENCE) on random multi-turn batches."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from test_credit_batches import random_batch
+from test_credit_registry import EXTRA
+from toyrl.credit import ESTIMATORS, REFERENCE
+
+VARIANTS = {  # non-default hyperparameters, checked beside the defaults
+    "grpo": [dict(ddof=0, norm="mean"), dict(eps=0.0)], "rloo": [dict(scale_by_std=True)],
+    "gpg": [dict(f_norm=2.0)], "grpo_passk": [dict(norm=False), dict(ddof=0)],
+    "reinforce_pp": [dict(gamma=0.9), dict(kl_coef=0.1)],
+    "gae": [dict(gamma=0.9, lam=0.8), dict(whiten=False, gamma=0.99, lam=0.5)],
+    "turn_gae": [dict(gamma=1.0, lam=1.0, whiten=True), dict(last_value="rand")],
+    "bilevel_gae": [dict(gamma_turn=0.9, lam_turn=0.7, gamma_token=0.95, lam_token=0.9, whiten=False)],
+    "gigpo": [dict(norm="mean", gamma=0.9), dict(ddof=1, omega=0.5), dict(episode="step"),
+              dict(similarity_features="onehot", threshold=0.9)],
+    "mt_grpo": [dict(lam=0.5, ddof=0)], "tree_grpo": [dict(ddof=0)], "rtpo": [dict(norm="std", gamma=0.9)],
+    "spa": [dict(gamma=0.9, whiten=True, beta=0.2)], "empg": [dict(kappa=2.0, zeta=0.3), dict(base_adv="turns")],
+    "a2tgpo": [dict(gamma=0.9, outcome_last=False)], "sweet": [dict(critic_logp="rand")],
+}
+
+
+def kwargs(name: str, b, variant: dict) -> dict:
+    """EXTRA inputs plus a variant, with placeholder strings turned into tensors for this batch."""
+    kw = dict(EXTRA.get(name, lambda b: {})(b), **variant)
+    g = torch.Generator().manual_seed(b.B * 31 + b.H)
+    make = {"rand": lambda shape: torch.rand(*shape, generator=g, dtype=torch.float64),
+            "onehot": lambda shape: torch.nn.functional.one_hot(b.state_key % 3, 3).double(),
+            "turns": lambda shape: torch.randn(b.B, b.H, generator=g, dtype=torch.float64)}
+    shapes = {"last_value": (b.B,), "critic_logp": (b.B, b.T), "similarity_features": None, "base_adv": None}
+    for key, val in list(kw.items()):
+        if isinstance(val, str) and val in make:
+            kw[key] = make[val](shapes.get(key))
+    if "critic_logp" in kw:
+        kw.pop("critic_adv", None)
+    return kw
+
+
+def test_every_registered_estimator_has_a_reference():
+    peers = {"gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"}    # see the closing note
+    assert set(ESTIMATORS) - peers <= set(REFERENCE)
+    assert set(REFERENCE) <= set(ESTIMATORS)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+@settings(deadline=None, max_examples=12)
+@given(seed=st.integers(0, 10_000), B=st.integers(1, 14), H=st.integers(1, 5), n_groups=st.integers(1, 4),
+       hashed=st.booleans())
+def test_vectorized_equals_reference(name, seed, B, H, n_groups, hashed):
+    b = random_batch(B, H, n_groups=n_groups, seed=seed, hash_keys=hashed)
+    for variant in [{}] + VARIANTS.get(name, []):
+        kw = kwargs(name, b, variant)
+        got, want = ESTIMATORS[name](b, **kw), REFERENCE[name](b, **kw)
+        assert got.shape == want.shape, (name, variant)
+        torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9, msg=f"{name} {variant}")
+
+
+def test_reference_catches_a_wrong_estimator():
+    """The comparison can fail: GRPO without the std division differs from the reference."""
+    b = random_batch(12, 3, seed=1)
+    assert not torch.allclose(ESTIMATORS["grpo"](b, norm="mean"), REFERENCE["grpo"](b))
+
+
+def test_float32_batch_within_rounding_of_the_reference():
+    b = random_batch(14, 5, seed=4, dtype=torch.float32)
+    for name in ("gigpo", "gae", "bilevel_gae", "reinforce_pp", "grpo", "turn_gae"):
+        kw = kwargs(name, b, {})
+        got = ESTIMATORS[name](b, **kw)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, REFERENCE[name](b, **kw), atol=2e-5, rtol=2e-5)

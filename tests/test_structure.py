@@ -1,0 +1,263 @@
+"""The shape of the code a learner reads (issue 16, item 5), checked from the source with ``ast``.
+
+- no module in toyrl/ over 350 lines;
+- no function or method in toyrl/ over 60 lines, its docstring excluded;
+- no import cycle among toyrl modules;
+- every test function in tests/ checks a value: an ``assert``, ``pytest.raises`` / ``pytest.warns``,
+  or a call to a helper named ``assert_*`` / ``check_*`` (``np.testing.assert_allclose`` counts).
+
+Each test lists every offender in its failure message, so one run says what is left to fix.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "toyrl"
+TESTS = ROOT / "tests"
+
+MAX_MODULE_LINES = 350
+MAX_FUNCTION_LINES = 60
+
+
+def module_name(path: Path) -> str:
+    """Dotted name of a file under the repository root: toyrl/credit/gae.py -> toyrl.credit.gae."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def package_files() -> list:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+# ---- (a) module length ------------------------------------------------------------------------------
+def long_modules(files, limit: int = MAX_MODULE_LINES) -> dict:
+    """{relative path: line count} of the files over ``limit`` lines."""
+    counts = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in files}
+    return {p: n for p, n in counts.items() if n > limit}
+
+
+def test_no_module_over_350_lines():
+    over = long_modules(package_files())
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
+
+
+# ---- (b) function length ----------------------------------------------------------------------------
+def function_lengths(tree: ast.Module) -> list:
+    """(qualified name, first line, length) of every function and method, nested ones included.
+
+    Length counts the lines from ``def`` to the last line of the body, minus the docstring's lines.
+    """
+    out = []
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = child.end_lineno - child.lineno + 1
+                body0 = child.body[0]
+                if isinstance(body0, ast.Expr) and isinstance(body0.value, ast.Constant) \
+                        and isinstance(body0.value.value, str):
+                    n -= body0.end_lineno - body0.lineno + 1
+                out.append((prefix + child.name, child.lineno, n))
+                visit(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def test_function_lengths_example():
+    src = ('def f(x):\n    """Doc\n    on two lines."""\n    y = x\n    return y\n\n'
+           'class C:\n    def m(self):\n        pass\n')
+    assert function_lengths(ast.parse(src)) == [("f", 1, 3), ("C.m", 8, 2)]
+
+
+def test_no_function_over_60_lines():
+    over = [f"{p.relative_to(ROOT)}:{line} {name} ({n} lines)"
+            for p in package_files() for name, line, n in function_lengths(parse(p)) if n > MAX_FUNCTION_LINES]
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines (docstring excluded):\n" + "\n".join(over)
+
+
+# ---- (c) import cycles ------------------------------------------------------------------------------
+def module_level_imports(tree: ast.Module, name: str, is_package: bool, known: set) -> set:
+    """toyrl modules that ``name`` imports when it is imported: import statements outside any function
+    body (those at module level, inside module-level ``if`` / ``try`` blocks and class bodies).
+
+    ``from x import y`` is an edge to ``x.y`` where that is a module, else to ``x`` (it reads the name ``y``
+    from ``x``); an import of ``a.b`` is an edge to ``a.b`` only (the parent package is already being
+    imported, or importing it first never re-enters the importer).
+    """
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    found = set()
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    pkg = base[:len(base) - child.level + 1]
+                    mod = ".".join(pkg + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                subs = {f"{mod}.{a.name}" for a in child.names} & known
+                found.update(subs)
+                if len(subs) < len(child.names):
+                    found.add(mod)
+            visit(child)
+
+    visit(tree)
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph(files) -> dict:
+    """{module: set of toyrl modules it imports at import time} over ``files``."""
+    names = {module_name(p): p for p in files}
+    known = set(names)
+    return {n: module_level_imports(parse(p), n, p.name == "__init__.py", known) for n, p in names.items()}
+
+
+def find_cycles(graph: dict) -> list:
+    """The strongly connected components with more than one module (or a self-import), sorted (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def strong(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return sorted(out)
+
+
+def test_find_cycles_example():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_module_level_imports_example():
+    src = "from . import b\nfrom ..pkg import c, name\nimport top.d\ndef f():\n    from . import e\n"
+    known = {"top.sub", "top.sub.b", "top.pkg", "top.pkg.c", "top.d", "top.sub.e"}
+    assert module_level_imports(ast.parse(src), "top.sub.a", False, known) == {"top.sub.b", "top.pkg", "top.pkg.c",
+                                                                              "top.d"}
+
+
+def test_no_import_cycle():
+    """Only module-level imports count (those run when the module is imported); an import inside a
+    function body runs later and is the usual way to break a cycle, so it is not an edge here."""
+    cycles = find_cycles(import_graph(package_files()))
+    assert not cycles, "import cycles among toyrl modules (module-level imports):\n" + \
+        "\n".join(" <-> ".join(c) for c in cycles)
+
+
+# ---- (d) every test function checks something ------------------------------------------------------
+CHECK_CALLS = ("raises", "warns")
+CHECK_PREFIXES = ("assert", "check_")
+
+
+def _call_name(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def checks_something(fn: ast.AST) -> bool:
+    """True when ``fn``'s body holds an ``assert``, a ``pytest.raises`` / ``pytest.warns`` call (as a context
+    manager or not), or a call to a function or method named ``assert*`` / ``check_*`` (leading
+    underscores aside: ``_check_outputs`` counts)."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Call):
+            name = _call_name(node).lstrip("_")
+            if name in CHECK_CALLS or name.startswith(CHECK_PREFIXES):
+                return True
+    return False
+
+
+def collect_test_functions(tree: ast.Module):
+    """Module-level ``test_*`` functions and ``test_*`` methods of ``Test*`` classes."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            yield node.name, node
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for m in node.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test"):
+                    yield f"{node.name}.{m.name}", m
+
+
+def test_checks_something_example():
+    tree = ast.parse("def test_a():\n    f()\n\ndef test_b():\n    np.testing.assert_allclose(1, 1)\n\n"
+                     "def test_c():\n    with pytest.raises(ValueError):\n        g()\n")
+    assert {n: checks_something(f) for n, f in collect_test_functions(tree)} == {"test_a": False, "test_b": True,
+                                                                         "test_c": True}
+
+
+def test_every_test_function_checks_a_value():
+    silent = [f"{p.relative_to(ROOT)}:{fn.lineno} {name}" for p in sorted(TESTS.glob("test_*.py"))
+              for name, fn in collect_test_functions(parse(p)) if not checks_something(fn)]
+    assert not silent, "test functions without an assert / pytest.raises / assert_* or check_* call:\n" + \
+        "\n".join(silent)
+
+
+def helper_imports(tree: ast.Module, local: set) -> list:
+    """(line, module) of every import of a module that lives in tests/ (other than conftest)."""
+    out = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        out += [(node.lineno, n) for n in names if n.split(".")[0] in local or n.startswith("tests.")]
+    return out
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/conftest.py (fixtures or plain functions), not in test modules."""
+    local = {p.stem for p in TESTS.glob("*.py")} - {"conftest"}
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {mod}" for p in sorted(TESTS.glob("*.py"))
+           for line, mod in helper_imports(parse(p), local)]
+    assert not bad, "test modules importing helpers from other modules in tests/:\n" + "\n".join(bad)
+
+
+def e402_lines(source: str) -> list:
+    """Lines whose comment silences flake8's E402 (a module-level import below other code)."""
+    return [tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT and "E402" in tok.string and "noqa" in tok.string]
+
+
+def test_no_mid_file_imports():
+    """Imports stand at the top of a test module (no ``# noqa: E402``): the Agg backend is set in conftest."""
+    assert e402_lines("import a\nx = 1\nimport b  # noqa: E402\ns = 'noqa: E402'\n") == [3]
+    bad = [f"{p.relative_to(ROOT)}:{line}" for p in sorted(TESTS.glob("*.py")) for line in e402_lines(p.read_text())]
+    assert not bad, f"mid-file imports silenced with noqa: E402: {bad}"
