@@ -1,13 +1,20 @@
-"""One-shot GPU benchmark: rollout and update throughput of TinyLM and of a ~100M-parameter random
-Hugging Face model (Llama-style, built and saved locally: nothing is downloaded).
+"""One-shot GPU benchmark: credit estimators on 1M tokens against the device's memory-bandwidth
+floor, and rollout / update throughput of TinyLM and of a ~100M-parameter random Hugging Face model
+(Llama-style, built and saved locally: nothing is downloaded).
 
     python benchmarks/llm_gpu.py                      # needs CUDA; fp32 and bf16 autocast
     python benchmarks/llm_gpu.py --device cpu --small # a quick functional check without a GPU
 
-For each policy and precision it runs a few GRPO steps of 8 tasks x 8 rollouts (GridWorld 4x4 up to
-5 turns, last_k context) through ``toyrl.train.Trainer`` and prints the median tokens/s of the
+Credit: a TurnBatch of 8192 rollouts x 128 tokens (16 turns of 4 policy + 4 observation tokens,
+groups of 8, 63-bit state keys) on the device; each estimator's median time is printed beside the
+floor measured in the same run: one ``torch.cumsum`` over a (B, T) float tensor (a read and a
+write of 4 MB), and the bandwidth it implies.
+
+Training: for each policy and precision a few GRPO steps of 8 tasks x 8 rollouts (GridWorld 4x4 up
+to 5 turns, last_k context) through ``toyrl.train.Trainer``; prints the median tokens/s of the
 rollout (generated tokens / rollout time) and of the update (generated tokens / recompute +
-backward time, per policy token trained).
+backward time, per policy token trained). Without CUDA (and without ``--device cpu``) it prints
+a message and exits with code 0.
 """
 import argparse
 import statistics
@@ -43,6 +50,51 @@ def make_random_hf(path: str, hidden: int = 768, layers: int = 12, vocab: int = 
     return sum(p.numel() for p in model.parameters())
 
 
+def credit_batch(device: str, B: int = 8192, H: int = 16, n_pol: int = 4, n_obs: int = 4, G: int = 8):
+    """A (B, H * (n_pol + n_obs)) TurnBatch: every turn n_pol policy then n_obs observation tokens."""
+    from toyrl.batch import TurnBatch
+    g = torch.Generator().manual_seed(0)
+    per = n_pol + n_obs
+    T = H * per
+    turn_id = (torch.arange(T) // per).expand(B, T).contiguous()                     # (B, T)
+    policy_mask = (torch.arange(T) % per < n_pol).expand(B, T).contiguous()
+    reward = torch.zeros(B, H)
+    reward[:, -1] = (torch.rand(B, generator=g) < 0.5).float()                       # sparse outcome
+    keys = torch.randint(0, 2**62, (B // G, H), generator=g).repeat_interleave(G, 0)
+    keys = torch.where(torch.rand(B, H, generator=g) < 0.3, torch.randint(0, 2**62, (B, H), generator=g), keys)
+    b = TurnBatch(tokens=torch.zeros(B, T, dtype=torch.long), policy_mask=policy_mask, turn_id=turn_id,
+                  old_logp=torch.zeros(B, T), turn_mask=torch.ones(B, H, dtype=torch.bool), turn_reward=reward,
+                  group=torch.arange(B) // G, state_key=keys, values=torch.rand(B, H, generator=g))
+    return b.to(device)
+
+
+def timed(fn, device: str, rounds: int = 7) -> float:
+    """Median seconds of ``fn()`` (after one warm-up call), synchronizing CUDA around each call."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    fn()
+    out = []
+    for _ in range(rounds):
+        sync()
+        t = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def bench_credit(device: str) -> None:
+    from toyrl.credit import ESTIMATORS
+    b = credit_batch(device)
+    x = torch.rand(b.B, b.T, device=device)
+    floor = timed(lambda: torch.cumsum(x, 1), device)
+    gbs = 2 * x.numel() * 4 / floor / 1e9
+    print(f"credit on {b.B} x {b.T} = {b.B * b.T / 1e6:.2f}M tokens ({device}); floor: torch.cumsum over the "
+          f"same (B, T) float32 tensor {1e3 * floor:.3f} ms ({gbs:.0f} GB/s read + write)")
+    for name in ("grpo", "rloo", "gigpo", "reinforce_pp", "gae", "bilevel_gae", "turn_gae"):
+        t = timed(lambda: ESTIMATORS[name](b), device)
+        print(f"  {name:14s} {1e3 * t:8.3f} ms  = {t / floor:6.1f} x the floor")
+
+
 def bench(policy: str, device: str, autocast, steps: int) -> dict:
     cfg = TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4"}, policy=policy, max_turns=5, context="last_k",
                       context_k=1, group_size=8, prompts_per_step=8, lr=1e-5, steps=steps, device=device,
@@ -70,9 +122,11 @@ def main(argv=None):
     p.add_argument("--small", action="store_true", help="a 2-layer HF model instead of ~100M parameters")
     a = p.parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run with --device cpu --small for a functional check")
+        print("no CUDA device here: nothing to measure (run with --device cpu --small for a functional check)")
+        return 0
     if a.device.startswith("cuda"):
         print(torch.cuda.get_device_name(0))
+    bench_credit(a.device)
     with tempfile.TemporaryDirectory() as d:
         n = make_random_hf(d, *((128, 2, 2000) if a.small else ()))
         print(f"random HF model: {n / 1e6:.1f}M parameters")
@@ -84,7 +138,8 @@ def main(argv=None):
                       f"({r['rollout_tok_s']:.0f} generated tokens/s), update {r['update_s']:.2f} s "
                       f"({r['update_tok_s']:.0f} policy tokens/s); "
                       f"{a.steps + 1} steps in {time.perf_counter() - t:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -84,6 +84,32 @@ def test_rollout_logp_matches_recompute(which, context, gpt2_dir, llama_dir):
     assert b.obs_mask.any() and not (b.obs_mask & b.policy_mask).any()       # observations are env tokens
 
 
+class _NoCache:
+    """The same policy without the KV cache across turns (generate returns no ``past``)."""
+
+    def __init__(self, policy):
+        self.p, self.device, self.vocab_size = policy, policy.device, policy.vocab_size
+
+    def generate(self, *a, **kw):
+        out = self.p.generate(*a, **kw)
+        out.past = None
+        return out
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_cache_across_turns_equals_rereading_the_context(which, gpt2_dir, llama_dir):
+    """With the full context each turn feeds only the new observation to the cache kept from the
+    previous turn; the episodes and log-probs equal re-reading the whole context every turn."""
+    path = gpt2_dir if which == "gpt2" else llama_dir
+    core = make_core("gridworld", 4, seed=0, map_name="4x4", max_turns=4)
+    policy, codec = build_policy("hf:" + path, core, "cpu")
+    tasks = core.sample_tasks(np.random.default_rng(1), 4)
+    a = rollout(policy, core, tasks, np.arange(4), codec=codec, generator=torch.Generator().manual_seed(3))
+    b = rollout(_NoCache(policy), core, tasks, np.arange(4), codec=codec, generator=torch.Generator().manual_seed(3))
+    assert a.batch.H >= 2 and torch.equal(a.batch.tokens, b.batch.tokens)
+    assert torch.allclose(a.batch.old_logp, b.batch.old_logp, atol=1e-4)
+
+
 def test_chat_template_strings(llama_dir):
     policy = HFPolicy.from_pretrained(llama_dir)
     codec = policy.codec(render="compact")

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["Generation", "TokenPolicy", "positions_from_mask", "prev_valid_index", "masked_log_softmax",
-           "allowed_at"]
+           "allowed_at", "Decode", "sample_step"]
 
 
 @dataclass
@@ -98,6 +98,51 @@ class TokenPolicy(Protocol):
 
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
         ...
+
+
+@dataclass
+class Decode:
+    """The buffers of a decode loop: up to N new tokens for each of B rows, filled one step at a time
+    by ``sample_step`` (shared by every policy's ``generate``)."""
+    tokens: Tensor
+    """(B, N) long, ``pad_id`` after a row stopped"""
+    logp: Tensor
+    """(B, N) float"""
+    entropy: Tensor
+    """(B, N) float"""
+    mask: Tensor
+    """(B, N) bool: real generated tokens"""
+    done: Tensor
+    """(B,) bool: the row has emitted a stop token"""
+
+    @classmethod
+    def empty(cls, B: int, N: int, pad_id: int, device, dtype=torch.float32) -> "Decode":
+        return cls(torch.full((B, N), pad_id, dtype=torch.long, device=device),          # (B, N)
+                   torch.zeros(B, N, dtype=dtype, device=device), torch.zeros(B, N, dtype=dtype, device=device),
+                   torch.zeros(B, N, dtype=torch.bool, device=device), torch.zeros(B, dtype=torch.bool, device=device))
+
+    def generation(self, past=None) -> Generation:
+        return Generation(tokens=self.tokens, logp=self.logp, entropy=self.entropy, mask=self.mask, past=past)
+
+
+def sample_step(buf: Decode, t: int, logits: Tensor, temperature: float, pad_id: int, *, allowed=None,
+                constraint=None, greedy: bool = False, generator=None, stops: Optional[Tensor] = None) -> Tensor:
+    """Draw token t of every row from softmax(logits / temperature) restricted to the step's allowed
+    set (``constraint.allowed()`` if given, else ``allowed``), write it into ``buf``, tell the
+    constraint, and mark rows that emitted a stop token done. Returns the (B,) rows that were live."""
+    step_allowed = constraint.allowed() if constraint is not None else allowed_at(allowed, t)
+    logp_all, ent = masked_log_softmax(logits, step_allowed, temperature)     # (B, V), (B,)
+    tok = logp_all.argmax(-1) if greedy else torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+    live = ~buf.done
+    buf.tokens[:, t] = torch.where(live, tok, pad_id)
+    buf.logp[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
+    buf.entropy[:, t] = torch.where(live, ent, 0.0)
+    buf.mask[:, t] = live
+    if constraint is not None:
+        constraint.advance(tok, logp_all, live)
+    if stops is not None:
+        buf.done = buf.done | (live & torch.isin(tok, stops))
+    return live
 
 
 def positions_from_mask(mask: Tensor) -> Tensor:

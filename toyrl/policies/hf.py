@@ -9,7 +9,8 @@ Dimension legend: B rows, L context positions, N new tokens, T sequence position
 The same three rules as the toy transformer (``base.py``) hold: positions come from the padding
 mask (``position_ids``), a token is scored by the logits of the previous real position, and an
 ``allowed`` mask (None for text policies) travels with the tokens. Generation prefills the context
-once and then feeds one token at a time through the model's own KV cache (``past_key_values``).
+once and then feeds one token at a time through the model's own KV cache (``past_key_values``),
+which persists across turns (``HFPast``): the next turn feeds only the environment's new tokens.
 
 The model is loaded with ``local_files_only=True``: the path must exist on disk (no hub download at
 run time). ``lora={"r": 8, "alpha": 16}`` wraps the model in LoRA adapters with ``peft`` when it is
@@ -19,6 +20,7 @@ softmax over the vocabulary is always taken in fp32.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple, Union
 
@@ -26,9 +28,9 @@ import torch
 from torch import Tensor
 
 from ..textcodec import TEMPLATES, TextCodec
-from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, teacher_forced
+from .base import Decode, Generation, positions_from_mask, sample_step, teacher_forced
 
-__all__ = ["HFPolicy", "HFTokenizer", "chat_template_strings"]
+__all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings"]
 
 
 class HFTokenizer:
@@ -138,52 +140,73 @@ class HFPolicy(torch.nn.Module):
         logits = self._forward(tokens, attn_mask, use_cache=False).logits.float()   # (B, T, V)
         return teacher_forced(logits, tokens, attn_mask, self.pad_id, allowed, temperature)
 
+    def _prefill(self, context: Tensor, mask: Tensor, past: Optional["HFPast"]):
+        """Run the new context tokens (after ``past``'s pending token, if any) -> (cache, attn (B, S),
+        n_real (B,), logits (B, V) after each row's last real token)."""
+        if past is not None:                                                         # feed the pending token first
+            context, mask = torch.cat([past.pending, context], 1), torch.cat([past.pending_mask, mask], 1)
+        B, dev = context.shape[0], context.device
+        n0 = torch.zeros(B, dtype=torch.long, device=dev) if past is None else past.n_real
+        attn = mask.long() if past is None else torch.cat([past.attn, mask.long()], 1)   # (B, S)
+        with self._autocast():
+            out = self.model(input_ids=context.masked_fill(~mask, self.pad_id), attention_mask=attn,
+                             position_ids=n0[:, None] + positions_from_mask(mask), use_cache=True,
+                             past_key_values=None if past is None else past.cache)
+        idx = torch.arange(mask.shape[1], device=dev).expand_as(mask)
+        last = torch.where(mask, idx, -1).amax(1)                                    # (B,) last real new position
+        logits = out.logits.float()[torch.arange(B, device=dev), last.clamp(min=0)]  # (B, V)
+        if past is not None:                                                         # rows with nothing new
+            logits = torch.where((last >= 0)[:, None], logits, past.logits)
+        return out.past_key_values, attn, n0 + mask.sum(1), logits
+
     @torch.no_grad()
     def generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float = 1.0, *,
                  stop_token=None, allowed: Optional[Tensor] = None, greedy: bool = False,
-                 generator: Optional[torch.Generator] = None, past=None, constraint=None) -> Generation:
-        """Sample up to ``max_new`` tokens per row after ``context`` (B, L) with the model's KV cache
-        (``constraint``: a per-row sampling set, see ``ToyTransformer.generate``).
-        ``past`` is not supported (each turn re-reads its context); ``Generation.past`` is None."""
-        if past is not None:
-            raise ValueError("HFPolicy.generate does not continue from a past; pass the whole context")
+                 generator: Optional[torch.Generator] = None, past: Optional["HFPast"] = None,
+                 constraint=None) -> Generation:
+        """Sample up to ``max_new`` tokens per row after ``context`` (B, L) with the model's KV cache,
+        which persists across turns: with ``past`` (the previous call's ``Generation.past``) only the
+        new tokens are fed (``constraint``: a per-row sampling set, see ``ToyTransformer.generate``)."""
         if max_new < 1 or temperature <= 0:
             raise ValueError(f"need max_new >= 1 and temperature > 0, got {max_new}, {temperature}")
-        mask = context_mask.bool()
-        B, dev = context.shape[0], context.device
+        dev = context.device
         stops = None if stop_token is None else torch.as_tensor(stop_token, device=dev).reshape(-1)
-        out = self._forward(context, mask, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1].float()               # (B, V)
-        idx = torch.arange(mask.shape[1], device=dev).expand_as(mask)
-        last = torch.where(mask, idx, -1).amax(1)                                    # (B,) last real position
-        if not bool((last == mask.shape[1] - 1).all()):                              # right padding: pick the real last
-            logits = self._forward(context, mask, use_cache=False).logits.float()[torch.arange(B), last.clamp(min=0)]
-        n_real = mask.sum(1)                                                         # (B,)
-        tokens = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=dev)     # (B, N)
-        logp = torch.zeros(B, max_new, device=dev)
-        entropy = torch.zeros(B, max_new, device=dev)
-        gmask = torch.zeros(B, max_new, dtype=torch.bool, device=dev)
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
-        attn = mask.long()                                                           # (B, L + t)
+        cache, attn, n_real, logits = self._prefill(context, context_mask.bool(), past)
+        buf = Decode.empty(logits.shape[0], max_new, self.pad_id, dev)                    # (B, N) buffers
         for t in range(max_new):
-            step_allowed = constraint.allowed() if constraint is not None else allowed_at(allowed, t)
-            lp_all, ent = masked_log_softmax(logits, step_allowed, temperature)   # (B, V), (B,)
-            tok = lp_all.argmax(-1) if greedy else torch.multinomial(lp_all.exp(), 1, generator=generator).squeeze(1)
-            live = ~done
-            tokens[:, t] = torch.where(live, tok, self.pad_id)
-            logp[:, t] = torch.where(live, lp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
-            entropy[:, t] = torch.where(live, ent, 0.0)
-            gmask[:, t] = live
-            if constraint is not None:
-                constraint.advance(tok, lp_all, live)
-            if stops is not None:
-                done = done | (live & torch.isin(tok, stops))
-            if t == max_new - 1 or bool(done.all()):
+            live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
+                               greedy=greedy, generator=generator, stops=stops)
+            if t == max_new - 1 or bool(buf.done.all()):
                 break
             attn = torch.cat([attn, live.long()[:, None]], 1)
             with self._autocast():
-                step = self.model(input_ids=tokens[:, t:t + 1], attention_mask=attn, past_key_values=cache,
-                                  position_ids=(n_real + t)[:, None], use_cache=True)
+                step = self.model(input_ids=buf.tokens[:, t:t + 1], attention_mask=attn, past_key_values=cache,
+                                  position_ids=(n_real + buf.mask[:, :t].sum(1))[:, None], use_cache=True)
             cache = step.past_key_values
             logits = torch.where(live[:, None], step.logits[:, -1].float(), logits)
-        return Generation(tokens=tokens, logp=logp, entropy=entropy, mask=gmask, past=None)
+        return buf.generation(HFPast(cache, attn, n_real + buf.mask[:, :t].sum(1), logits, buf.tokens[:, t:t + 1],
+                                     buf.mask[:, t:t + 1]))
+
+
+@dataclass
+class HFPast:
+    """Where an ``HFPolicy.generate`` call left off, so the next turn feeds only its new tokens."""
+    cache: object
+    """the model's cache (``past_key_values``) of every token fed so far"""
+    attn: Tensor
+    """(B, S) long: which of the S cached slots are real tokens"""
+    n_real: Tensor
+    """(B,) long: real tokens fed so far (the next real token's position)"""
+    logits: Tensor
+    """(B, V): next-token logits after each row's last real fed token"""
+    pending: Tensor
+    """(B, 1) long: the last generated token, sampled but not yet fed"""
+    pending_mask: Tensor
+    """(B, 1) bool: whether ``pending`` is real"""
+
+    def select(self, rows: Tensor) -> "HFPast":
+        """The state of a subset of rows (the episodes still running). The cache is selected in
+        place (``batch_select_indices``): the dropped rows are never needed again."""
+        self.cache.batch_select_indices(rows)
+        return HFPast(self.cache, self.attn[rows], self.n_real[rows], self.logits[rows], self.pending[rows],
+                      self.pending_mask[rows])

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Generation, allowed_at, masked_log_softmax, positions_from_mask, teacher_forced
+from .base import Decode, Generation, positions_from_mask, sample_step, teacher_forced
 
 __all__ = ["ToyTransformerConfig", "ToyTransformer", "ToyPast", "PRESETS"]
 
@@ -298,34 +298,17 @@ class ToyTransformer(nn.Module):
         key_valid = torch.cat([context_mask.new_ones(B, 0) if past is None else past.key_valid,
                                context_mask, context_mask.new_zeros(B, max_new)], 1)      # (B, S)
 
-        tokens = torch.full((B, max_new), self.pad_id, dtype=torch.long, device=dev)      # (B, N)
-        logp = torch.zeros(B, max_new, dtype=logits.dtype, device=dev)                    # (B, N)
-        entropy = torch.zeros_like(logp)                                                  # (B, N)
-        mask = torch.zeros(B, max_new, dtype=torch.bool, device=dev)                      # (B, N)
-        done = torch.zeros(B, dtype=torch.bool, device=dev)                               # (B,)
+        buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype)                     # (B, N) buffers
         for t in range(max_new):
-            step_allowed = constraint.allowed() if constraint is not None else allowed_at(allowed, t)
-            logp_all, ent = masked_log_softmax(logits, step_allowed, temperature)   # (B, V), (B,)
-            if greedy:
-                tok = logp_all.argmax(-1)                                  # (B,)
-            else:
-                tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)   # (B,)
-            live = ~done
-            tokens[:, t] = torch.where(live, tok, self.pad_id)
-            logp[:, t] = torch.where(live, logp_all.gather(1, tok[:, None]).squeeze(1), 0.0)
-            entropy[:, t] = torch.where(live, ent, 0.0)
-            mask[:, t] = live
-            if constraint is not None:
-                constraint.advance(tok, logp_all, live)
-            if stops is not None:
-                done = done | (live & torch.isin(tok, stops))
-            if t == max_new - 1 or (stops is not None and bool(done.all())):
+            live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
+                               greedy=greedy, generator=generator, stops=stops)
+            if t == max_new - 1 or (stops is not None and bool(buf.done.all())):
                 break
             key_valid[:, S0 + t] = live
             pos = (n_ctx + t).clamp(max=self.config.max_len - 1)[:, None]  # (B, 1)
-            h = self._trunk(tokens[:, t:t + 1], pos, key_valid[:, None, None, :S0 + t + 1], caches)  # (B, 1, C)
+            h = self._trunk(buf.tokens[:, t:t + 1], pos, key_valid[:, None, None, :S0 + t + 1], caches)  # (B, 1, C)
             logits = torch.where(live[:, None], self.lm_head(h[:, 0]), logits)   # (B, V)
         new_past = ToyPast(k=[c.k[:, :, :c.n] for c in caches], v=[c.v[:, :, :c.n] for c in caches],
-                           key_valid=key_valid[:, :S0 + t], n_real=n_ctx + mask[:, :t].sum(1), logits=logits,
-                           pending=tokens[:, t:t + 1], pending_mask=mask[:, t:t + 1])
-        return Generation(tokens=tokens, logp=logp, entropy=entropy, mask=mask, past=new_past)
+                           key_valid=key_valid[:, :S0 + t], n_real=n_ctx + buf.mask[:, :t].sum(1), logits=logits,
+                           pending=buf.tokens[:, t:t + 1], pending_mask=buf.mask[:, t:t + 1])
+        return buf.generation(new_past)
