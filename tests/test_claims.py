@@ -5,27 +5,71 @@ import json
 import numpy as np
 import pytest
 
-from toyrl.claims import CLAIMS, run_claims
-from toyrl.claims.report import END, START, claims_table, update_readme
-from toyrl.claims.spec import collapse_times, smooth
-from toyrl.claims.stats import bootstrap_ci, paired_effect, passes, verdict
+from toyrl.claims import CLAIMS, Claim, evaluate, redraw, run_claims
+from toyrl.claims import Test as ClaimTest
+from toyrl.claims.report import END, START, claims_table, load_series, update_readme
+from toyrl.claims.spec import collapse_times, smooth, train_seed
+from toyrl.claims.stats import VERDICTS, classify, holm, p_value, paired_effect, t_interval, verdict
 from toyrl.train import TrainConfig
 
-SCHEMA = ("claim", "source", "metric", "setting", "seeds", "result", "verdict", "command", "notes")
-VERDICTS = ("reproduced", "partially reproduced", "not reproduced")
+SCHEMA = ("claim", "source", "metric", "mechanism", "faithfulness", "settings_tried", "setting", "seeds",
+          "train_seeds", "result", "verdict", "verdict_rule", "command", "notes")
 
 
-def test_bootstrap_and_verdict_rule():
-    m, lo, hi = bootstrap_ci([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert m == 3.0 and 1.0 < lo < 3.0 < hi < 5.0
-    assert bootstrap_ci([1.0, 2.0, 3.0], seed=7) == bootstrap_ci([1.0, 2.0, 3.0], seed=7)   # seeded
-    eff = paired_effect([1.0, 1.1, 0.9, 1.2, 1.0], [0.0, 0.1, 0.0, 0.1, 0.0])            # paired by seed
-    assert eff["mean"] == pytest.approx(1.0) and passes(eff, sign=1, threshold=0.5)
-    assert not passes(eff, sign=-1, threshold=0.0)
-    assert not passes(paired_effect([1.0, 2.0], None), sign=1, threshold=0.0)           # < 3 seeds
-    assert verdict([True, True]) == "reproduced"
-    assert verdict([True, False]) == "partially reproduced"
-    assert verdict([False]) == "not reproduced" and verdict([]) == "not reproduced"
+def test_t_interval_by_hand():
+    # [1..5]: mean 3, sd sqrt(2.5), se 0.70711, t_{0.975,4} = 2.776445 -> half width 1.963243
+    m, lo, hi = t_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert m == 3.0 and lo == pytest.approx(3 - 1.963243, abs=1e-6) and hi == pytest.approx(3 + 1.963243, abs=1e-6)
+    # paired: a - b = [0.2, 0.1, 0.3, 0.2]: mean 0.2, se 0.0408248, t_{0.975,3} = 3.182446 -> half 0.129923
+    eff = paired_effect([1.2, 1.1, 1.3, 1.2], [1.0, 1.0, 1.0, 1.0])
+    assert eff["mean"] == pytest.approx(0.2) and eff["ci95"][0] == pytest.approx(0.2 - 0.1299, abs=1e-4)
+    assert eff["p"] == pytest.approx(0.016277, abs=1e-5)                      # t = 4.899, 3 dof
+    assert t_interval([2.0]) == (2.0, 2.0, 2.0) and np.isnan(t_interval([np.nan])[0])
+    assert p_value([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(0.013236, abs=1e-6)
+    assert np.isnan(p_value([1.0, 2.0]))                                      # < 3 seeds: no test
+    assert p_value([1.0, 1.0, 1.0]) == 0.0 and p_value([1.0, 1.0, 1.0], 1.0) == 1.0   # zero spread
+
+
+def test_holm_by_hand():
+    assert holm([0.01, 0.04, 0.03]) == [True, False, False]                   # 0.03 > 0.05 / 2 stops
+    assert holm([0.01, 0.02]) == [True, True]                                 # 0.01 <= .025, 0.02 <= .05
+    assert holm([0.04]) == [True] and holm([0.06]) == [False]
+    assert holm([0.3, 0.001, 0.02, 0.012]) == [False, True, True, True]       # .001<=.0125 .012<=.0167 .02<=.025
+    assert holm([float("nan"), 0.001]) == [False, True]
+
+
+def test_each_verdict():
+    e = {"mean": 0.5, "n": 10}
+    assert classify(e, True, sign=1, threshold=0.0) == "passed"
+    assert classify(e, True, sign=-1, threshold=0.0) == "contradicted"       # wholly on the opposite side
+    assert classify(e, False, sign=1, threshold=0.0) == "inconclusive"
+    assert classify({"mean": 0.5, "n": 2}, True, sign=1, threshold=0.0) == "inconclusive"
+    assert verdict(["passed", "passed"]) == "reproduced"
+    assert verdict(["passed", "contradicted"]) == "partially reproduced"
+    assert verdict(["inconclusive", "contradicted"]) == "contradicted"
+    assert verdict(["inconclusive"]) == "not reproduced" and verdict([]) == "not reproduced"
+    assert verdict(["passed"], check=True) == "check" and verdict(["inconclusive"], check=True) == "not reproduced"
+    assert set(VERDICTS) == {"reproduced", "partially reproduced", "not reproduced", "contradicted", "check"}
+
+
+def test_evaluate_applies_holm_and_pairs_seeds():
+    """Two tests with p = 0.0305 and 0.0390: each alone clears 0.05, but Holm's first step needs
+    p_(1) <= 0.05 / 2, so neither passes and the claim is not reproduced."""
+    c = Claim("x", "c", "s", "m", base={}, arms={"a": {}, "b": {}}, metrics=lambda s: s,
+              tests=[ClaimTest("t1", "u", "a", "b"), ClaimTest("t2", "v", "a", "b", sign=-1)])
+    u = {"a": [1.3, 1.1, 1.4, 1.2], "b": [1.0] * 4}                            # a - b = [.3, .1, .4, .2]
+    v = {"a": [0.0] * 4, "b": [0.3, 0.1, 0.45, 0.2]}                           # a - b = -[.3, .1, .45, .2]
+    runs = {arm: {s: {"metrics": {"u": u[arm][s], "v": v[arm][s]}} for s in range(4)} for arm in "ab"}
+    result, v_ = evaluate(c, runs, range(4))
+    assert [t["effect"]["p"] for t in result["tests"]] == [pytest.approx(0.030466, abs=1e-5),
+                                                           pytest.approx(0.039020, abs=1e-5)]
+    assert [t["outcome"] for t in result["tests"]] == ["inconclusive", "inconclusive"] and v_ == "not reproduced"
+    c.tests = c.tests[:1]                                                      # one test: no correction
+    result, v_ = evaluate(c, runs, range(4))
+    assert result["tests"][0]["outcome"] == "passed" and v_ == "reproduced"
+    assert result["tests"][0]["effect"]["ci95"][0] > 0                         # == the 95% interval excludes 0
+    assert train_seed("echo_trap", 3) != train_seed("starpo_s", 3)            # no run shared between claims
+    assert train_seed("echo_trap", 3) - train_seed("echo_trap", 0) == 3
 
 
 def test_collapse_detector():
@@ -40,6 +84,7 @@ def test_collapse_detector():
 def test_registry_is_consistent():
     assert len(CLAIMS) >= 14
     for c in CLAIMS.values():
+        assert c.mechanism and c.faithfulness and c.settings_tried >= 1, c.name
         for t in c.tests:
             assert t.arm in c.arms and (t.baseline is None or t.baseline in c.arms), (c.name, t.name)
         if c.measure is None:
@@ -66,33 +111,47 @@ def test_readme_markers(tmp_path, capsys):
     assert plain.read_text() == "no markers here\n"
     assert "warning" in capsys.readouterr().err
     rec = {"name": "x", "claim": "a |ratio| claim", "source": "P, arXiv 1: detail", "verdict": "not reproduced",
-           "result": {"tests": [{"name": "t", "effect": {"mean": 1.0, "ci95": [0.5, 1.5]}}]}}
+           "seeds": [0, 1, 2], "result": {"tests": [{"name": "t", "claimed": "> 0", "outcome": "contradicted",
+                                                      "effect": {"mean": -1.0, "ci95": [-1.5, -0.5]}}]}}
     row = claims_table([rec]).splitlines()[-1]
-    assert row.count(" | ") == 4 and "\\|ratio\\|" in row                      # a | in text cannot split a cell
+    assert "contradicted" in row and "3 (0-2)" in row
+    assert row.count(" | ") == 5 and "\\|ratio\\|" in row                      # a | in text cannot split a cell
 
 
 def test_one_claim_quick_end_to_end(tmp_path):
-    """context_mismatch is a measurement (5 warm-up steps per seed under --quick): fast, 5 seeds."""
+    """context_mismatch is a measurement (5 warm-up steps per seed under --quick): fast, 3 seeds from 7."""
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{START}\n{END}\noutro\n")
     out = tmp_path / "claims"
-    assert run_claims(["context_mismatch"], seeds=5, quick=True, workers=1, out_dir=out, readme=readme) == 0
+    assert run_claims(["context_mismatch"], seeds=3, first_seed=7, quick=True, workers=1, out_dir=out, readme=readme,
+                      progress=False) == 0
     rec = json.loads((out / "context_mismatch.json").read_text())
     for key in SCHEMA:
         assert key in rec, key
-    assert rec["seeds"] == [0, 1, 2, 3, 4] and len(rec["seeds"]) >= 5
-    assert rec["verdict"] in VERDICTS
-    assert rec["command"] == "toyrl reproduce context_mismatch --seeds 5 --quick"
-    assert "arXiv" in rec["source"] and rec["setting"]["env"] == "gridworld"
+    assert rec["seeds"] == [7, 8, 9] and rec["train_seeds"] == [train_seed("context_mismatch", s) for s in (7, 8, 9)]
+    assert rec["verdict"] in VERDICTS and rec["kind"] == "check"
+    assert rec["command"] == "toyrl reproduce context_mismatch --seeds 3 --first-seed 7 --quick"
+    assert "arXiv" in rec["source"] and rec["setting"]["env"] == "gridworld" and rec["mechanism"]
     for arm in rec["result"]["arms"].values():
         for m in arm.values():
-            assert {"mean", "ci95", "per_seed"} <= set(m) and len(m["per_seed"]) == 5
-    assert all({"effect", "passed", "claimed"} <= set(t) for t in rec["result"]["tests"])
-    assert verdict([t["passed"] for t in rec["result"]["tests"]]) == rec["verdict"]            # never by hand
-    # the matched recompute is exact; the flat one is not (the mechanism the claim is about)
+            assert {"mean", "ci95", "per_seed"} <= set(m) and len(m["per_seed"]) == 3
+    assert all({"effect", "passed", "claimed", "outcome", "holm_rejected"} <= set(t) for t in rec["result"]["tests"])
+    assert verdict([t["outcome"] for t in rec["result"]["tests"]], check=True) == rec["verdict"]   # never by hand
     arms = rec["result"]["arms"]["measure"]
     assert arms["matched_abs_logratio"]["mean"] < 1e-4 < arms["flat_abs_logratio"]["mean"]
-    assert (out / "context_mismatch.png").stat().st_size > 1000
+    series = load_series(out / "context_mismatch.series.json.gz")             # per-run series stored
+    assert sorted(series["measure"]) == [7, 8, 9] and len(series["measure"][7]["flat_by_turn"]) >= 2
+    png = out / "context_mismatch.png"
+    png.unlink()
+    assert redraw("context_mismatch", out) == png and png.stat().st_size > 1000   # redrawn without re-running
     text = readme.read_text()
     assert text.startswith(f"intro\n{START}\n| # |") and text.endswith(f"{END}\noutro\n")
     assert "context_mismatch" in text and claims_table([rec]) in text
+
+
+def test_registered_before_run(tmp_path):
+    """The setting, mechanism and faithfulness note are on disk before any result (verdict 'pending')."""
+    from toyrl.claims import register
+    rec = register(CLAIMS["echo_trap"], [0, 1], quick=True)
+    assert rec["verdict"] == "pending" and "result" not in rec and rec["settings_tried"] >= 1
+    assert "pending" in claims_table([rec])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings, strategies as st
 
-from test_credit_batches import random_batch
+from conftest import random_batch
 from toyrl.credit import ESTIMATORS, bilevel_gae, gae, turn_gae
 from toyrl.credit.base import place_at_turn_end, turn_end_pos, turn_ends
 from toyrl.credit.gae import gae_scan

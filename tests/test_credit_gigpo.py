@@ -6,7 +6,7 @@ from collections import defaultdict
 import torch
 from hypothesis import given, settings, strategies as st
 
-from test_credit_batches import random_batch
+from conftest import random_batch
 from toyrl.credit import ESTIMATORS, REFERENCE, anchor_index, gigpo, similarity_keys
 
 

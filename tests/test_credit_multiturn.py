@@ -5,32 +5,32 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings, strategies as st
 
-from test_credit_batches import random_batch
+from conftest import random_batch
 from toyrl.credit import REFERENCE, a2tgpo, a2tgpo_clip_eps, archer, empg, mt_grpo, rtpo, spa, sweet, tree_grpo
 
 T1 = torch.ones(1, 3, dtype=torch.bool)
 
 
-def close(a, b, tol=1e-3):
+def assert_near(a, b, tol=1e-3):
     torch.testing.assert_close(a, torch.as_tensor(b, dtype=a.dtype), atol=tol, rtol=0)
 
 
 def test_hand_cases():
     all2 = torch.ones(2, 2, dtype=torch.bool)
-    close(mt_grpo(torch.tensor([1.0, 0.0]), torch.tensor([[1.0, 0.0], [0.0, 0.0]]), all2, torch.tensor([0, 0]),
+    assert_near(mt_grpo(torch.tensor([1.0, 0.0]), torch.tensor([[1.0, 0.0], [0.0, 0.0]]), all2, torch.tensor([0, 0]),
                   eps=1e-9), [[1.414, 0.707], [-1.414, -0.707]])
-    close(tree_grpo(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 0]), torch.tensor([0, 0, 1])),
+    assert_near(tree_grpo(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 0]), torch.tensor([0, 0, 1])),
           [1.862, -1.284, -0.577])
-    close(rtpo(torch.tensor([[0, 0, 1.0], [0, 0, 0], [0, 0, 0]]), torch.ones(3, 3, dtype=torch.bool),
+    assert_near(rtpo(torch.tensor([[0, 0, 1.0], [0, 0, 0], [0, 0, 0]]), torch.ones(3, 3, dtype=torch.bool),
                torch.tensor([0, 0, 0]), torch.tensor([[0, 1, 3], [0, 1, 4], [0, 2, 5]])),
           [[0.667, 0.667, 0.5], [-0.333, -0.333, -0.5], [-0.333, -0.333, 0.0]])
-    close(spa(torch.tensor([[0.2, 0.1, 0.7]]), T1, grounding=torch.tensor([[1, 0, 1]])), [[2.0, 1.3, 1.2]])
-    close(empg(torch.ones(1, 3), torch.tensor([[0.0, 1.0, 0.0]]), T1, zeta=0.0), [[0.267, -0.534, 0.267]])
-    close(a2tgpo(torch.tensor([[0.2, 0.0], [0.4, 0.0]]), all2, torch.tensor([0, 0]), outcome=torch.tensor([1.0, 0.0]),
+    assert_near(spa(torch.tensor([[0.2, 0.1, 0.7]]), T1, grounding=torch.tensor([[1, 0, 1]])), [[2.0, 1.3, 1.2]])
+    assert_near(empg(torch.ones(1, 3), torch.tensor([[0.0, 1.0, 0.0]]), T1, zeta=0.0), [[0.267, -0.534, 0.267]])
+    assert_near(a2tgpo(torch.tensor([[0.2, 0.0], [0.4, 0.0]]), all2, torch.tensor([0, 0]), outcome=torch.tensor([1.0, 0.0]),
                  eps=1e-9), [[0.0, 0.707], [0.0, -0.707]])
-    close(a2tgpo_clip_eps(torch.tensor([[0.0, 10.0, -10.0]]), T1), [[0.2, 0.4, 0.0]])
-    close(archer(torch.tensor([[[1.0, 2.0]]]), torch.tensor([[[0.5, 0.25]]]), T1[:, :1]), [[0.75]])
-    close(sweet(torch.tensor([[-1.0, -1.0, -2.0]]), torch.tensor([[-2.0, -2.0, -2.0]]), torch.tensor([[0, 0, 1]]),
+    assert_near(a2tgpo_clip_eps(torch.tensor([[0.0, 10.0, -10.0]]), T1), [[0.2, 0.4, 0.0]])
+    assert_near(archer(torch.tensor([[[1.0, 2.0]]]), torch.tensor([[[0.5, 0.25]]]), T1[:, :1]), [[0.75]])
+    assert_near(sweet(torch.tensor([[-1.0, -1.0, -2.0]]), torch.tensor([[-2.0, -2.0, -2.0]]), torch.tensor([[0, 0, 1]]),
                 T1, 2), [[1.0, 0.0]])
 
 
@@ -41,8 +41,8 @@ def test_mt_grpo_v1_two_turn_case():
     A = mt_grpo(R, sig, mask, grp)
     AO = (R - R.mean()) / (R.std() + 1e-4)
     AT = (sig[:, 0] - sig[:, 0].mean()) / (sig[:, 0].std() + 1e-4)
-    close(A[:, 0], AO + AT, 1e-5)
-    close(A[:, 1], AO, 1e-5)
+    assert_near(A[:, 0], AO + AT, 1e-5)
+    assert_near(A[:, 1], AO, 1e-5)
 
 
 @settings(deadline=None, max_examples=15)
@@ -73,4 +73,4 @@ def test_spa_sum_of_progress_is_first_turn_advantage():
     c = torch.tensor([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]])
     mask = torch.tensor([[True, True, True], [True, False, False]])
     A = spa(c, mask, beta=0.0)
-    close(A[:, 0], [1.0, 1.0])
+    assert_near(A[:, 0], [1.0, 1.0])

@@ -5,7 +5,6 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from test_credit_batches import outcome_batch
 from toyrl import TurnBatch
 from toyrl.credit import (ESTIMATORS, REFERENCE, dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp,
                          reinforce_pp_baseline, remax, rloo)
@@ -16,29 +15,38 @@ ONE = torch.tensor([0, 0, 0])
 R3 = torch.tensor([1.0, 0.0, 0.0])
 
 
-def close(a, b, tol=1e-3):
+def assert_near(a, b, tol=1e-3):
     torch.testing.assert_close(a, torch.as_tensor(b, dtype=a.dtype), atol=tol, rtol=0)
 
 
 def test_hand_cases():
-    close(grpo(R3, ONE), [1.155, -0.577, -0.577])
-    close(dr_grpo(R3, ONE), [0.667, -0.333, -0.333])
-    close(rloo(R3, ONE), [1.0, -0.5, -0.5])
-    close(rloo(R3, ONE, scale_by_std=True), torch.tensor([1.0, -0.5, -0.5]) / 0.4714)
-    close(opo(R3, ONE, torch.tensor([2, 1, 1])), [0.5, -0.5, -0.5])
-    close(gpg(R3, ONE), [2.0, -1.0, -1.0])
-    close(grpo_passk(R3, ONE), [1.732, 0.0, 0.0])
-    close(grpo_passk(R3, ONE, norm=False), [1.0, 0.0, 0.0])
-    close(remax(torch.tensor([[0.0, 0.0, 1.0]]), torch.ones(1, 3, dtype=torch.bool), torch.tensor([0.25])),
+    assert_near(grpo(R3, ONE), [1.155, -0.577, -0.577])
+    assert_near(dr_grpo(R3, ONE), [0.667, -0.333, -0.333])
+    assert_near(rloo(R3, ONE), [1.0, -0.5, -0.5])
+    assert_near(rloo(R3, ONE, scale_by_std=True), torch.tensor([1.0, -0.5, -0.5]) / 0.4714)
+    assert_near(opo(R3, ONE, torch.tensor([2, 1, 1])), [0.5, -0.5, -0.5])
+    assert_near(gpg(R3, ONE), [2.0, -1.0, -1.0])
+    assert_near(grpo_passk(R3, ONE), [1.732, 0.0, 0.0])
+    assert_near(grpo_passk(R3, ONE, norm=False), [1.0, 0.0, 0.0])
+    assert_near(remax(torch.tensor([[0.0, 0.0, 1.0]]), torch.ones(1, 3, dtype=torch.bool), torch.tensor([0.25])),
           [[0.75, 0.75, 0.75]])
-    close(reinforce_pp(torch.tensor([[1.0], [0.0]]), torch.ones(2, 1, dtype=torch.bool)), [[0.707], [-0.707]])
-    close(reinforce_pp_baseline(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), torch.ones(2, 1, dtype=torch.bool)),
+    assert_near(reinforce_pp(torch.tensor([[1.0], [0.0]]), torch.ones(2, 1, dtype=torch.bool)), [[0.707], [-0.707]])
+    assert_near(reinforce_pp_baseline(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), torch.ones(2, 1, dtype=torch.bool)),
           [[0.707], [-0.707]])
-    close(token_returns(torch.tensor([[0.0, 5.0, 1.0]]), torch.tensor([[True, False, True]]), 0.5), [[0.5, 0.0, 1.0]])
+    assert_near(token_returns(torch.tensor([[0.0, 5.0, 1.0]]), torch.tensor([[True, False, True]]), 0.5), [[0.5, 0.0, 1.0]])
 
 
 def test_passk_ties_and_singletons_give_zero():
-    close(grpo_passk(torch.tensor([1.0, 1.0, 0.0, 3.0]), torch.tensor([0, 0, 0, 1])), [0.0, 0.0, 0.0, 0.0])
+    assert_near(grpo_passk(torch.tensor([1.0, 1.0, 0.0, 3.0]), torch.tensor([0, 0, 0, 1])), [0.0, 0.0, 0.0, 0.0])
+
+
+def outcome_batch(R: torch.Tensor, group: torch.Tensor) -> TurnBatch:
+    """One-turn, one-token rollouts with returns R (B,) and group ids (B,)."""
+    B = R.shape[0]
+    return TurnBatch(tokens=torch.zeros(B, 1, dtype=torch.long), policy_mask=torch.ones(B, 1, dtype=torch.bool),
+                     turn_id=torch.zeros(B, 1, dtype=torch.long), old_logp=torch.zeros(B, 1, dtype=R.dtype),
+                     turn_mask=torch.ones(B, 1, dtype=torch.bool), turn_reward=R[:, None], group=group,
+                     state_key=torch.zeros(B, 1, dtype=torch.long))
 
 
 def loop(name, R, group, **kw):
@@ -126,8 +134,8 @@ def test_group_norm_ddof_above_one_gives_zero_std_on_small_groups():
 def test_reinforce_pp_drops_the_reward_of_a_turn_without_policy_tokens():
     r, tid, pm = torch.tensor([[1.0, 5.0, 0.0]]), torch.tensor([[0, 1, 2, 2]]), torch.tensor([[True, False, True, False]])
     G = token_returns(place_at_turn_end(r, tid, pm), pm)                     # turn 1's 5 has no token to sit on
-    close(G, [[1.0, 0.0, 0.0, 0.0]])
-    close(reinforce_pp(place_at_turn_end(r, tid, pm), pm), [[0.707, 0.0, -0.707, 0.0]])
+    assert_near(G, [[1.0, 0.0, 0.0, 0.0]])
+    assert_near(reinforce_pp(place_at_turn_end(r, tid, pm), pm), [[0.707, 0.0, -0.707, 0.0]])
 
 
 @settings(max_examples=40, deadline=None)
@@ -167,8 +175,22 @@ def test_reinforce_pp_registry_is_the_token_scan_and_the_reference(seed, B, H, d
 def test_masked_whiten_values_and_autograd():
     x = torch.tensor([1.0, 2.0, 3.0, 9.0])
     m = torch.tensor([True, True, True, False])
-    close(masked_whiten(x, m), [-1.0, 0.0, 1.0, 0.0])
+    assert_near(masked_whiten(x, m), [-1.0, 0.0, 1.0, 0.0])
     assert masked_whiten(x, m, zero_outside=False)[3] > 1                 # verl keeps the whitened value off the mask
     w = x.clone().requires_grad_()
     masked_whiten(w, m)[0].backward()
     assert torch.isfinite(w.grad).all() and w.grad[3] == 0
+
+
+@settings(deadline=None, max_examples=30)
+@given(seed=st.integers(0, 10_000), L=st.integers(0, 300), p=st.sampled_from([0.2, 0.7, 1.0]))
+def test_gamma_one_fast_path_equals_the_packed_scan(seed, L, p):
+    """token_returns at gamma = 1 (a reverse cumsum) == the general pack / scan / unpack path."""
+    from toyrl.credit.outcome import _undiscounted_returns
+    from toyrl.credit.scan import discounted_cumsum, pack, unpack
+    g = torch.Generator().manual_seed(seed)
+    r = torch.randn(5, L, generator=g, dtype=torch.float64)
+    m = torch.rand(5, L, generator=g) < p
+    packed = unpack(discounted_cumsum(pack(r, m), 1.0), m) * m
+    torch.testing.assert_close(_undiscounted_returns(r, m), packed, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(token_returns(r, m, 1.0), packed, atol=1e-10, rtol=1e-10)

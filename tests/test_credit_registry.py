@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_credit_batches import random_batch
+from conftest import random_batch
 from toyrl.credit import ESTIMATORS, register_estimator, token_advantages
 
 EXTRA = {  # keyword inputs some estimators need

@@ -9,7 +9,7 @@ from toyrl.batch import TurnBatch
 from toyrl.credit import ESTIMATORS
 from toyrl.credit.peers import energy_baseline, gdpo, optimal_token_baseline, tir_optimal_token_baseline
 from toyrl.credit.peers import turn_end_rewards
-from verl_support import load_core_algos
+from toyrl.port.verl_loader import load_core_algos
 
 ca = load_core_algos()
 needs_verl = pytest.mark.skipif(ca is None, reason="verl 0.9.1 (or one of its imports) is not installed")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl_support import load_core_algos
+from toyrl.port.verl_loader import load_core_algos
 from toyrl.port import verl_credit as port
 
 core = load_core_algos()
@@ -44,7 +44,7 @@ def multi_turn(seed, B=24, L=40, group_size=(2, 5), singletons=False):
     return torch.tensor(rewards, dtype=torch.float32), torch.tensor(mask, dtype=torch.float32), index
 
 
-def same(a, b):
+def assert_same(a, b):
     for x, y in zip(a, b):
         torch.testing.assert_close(x.float(), y.float(), atol=2e-5, rtol=2e-5)
 
@@ -73,7 +73,7 @@ def test_outcome_parity(k, singletons):
     for seed in range(3):
         r, m, i = multi_turn(seed, singletons=singletons)
         args = kw(r, m, i)
-        same(getattr(port, name)(**args), getattr(core, name)(**{k: (v.clone() if isinstance(v, torch.Tensor) else v)
+        assert_same(getattr(port, name)(**args), getattr(core, name)(**{k: (v.clone() if isinstance(v, torch.Tensor) else v)
                                                                 for k, v in args.items()}))
 
 
@@ -84,7 +84,7 @@ def test_passk_parity_and_singleton_raises():
         r, m, i = multi_turn(seed)
         r = r.round()                                       # ties at the top too
         cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": norm})
-        same(port.compute_grpo_passk_outcome_advantage(r, m, i, config=cfg),
+        assert_same(port.compute_grpo_passk_outcome_advantage(r, m, i, config=cfg),
              core.compute_grpo_passk_outcome_advantage(r.clone(), m, i, config=cfg))
     with pytest.raises(ValueError):
         port.compute_grpo_passk_outcome_advantage(r[:3], m[:3], np.array(["a", "b", "b"]), config={})
@@ -96,7 +96,7 @@ def test_gae_parity(gamma, lam):
     for seed in range(3):
         r, m, _ = multi_turn(seed)
         v = torch.randn_like(r)
-        same(port.compute_gae_advantage_return(r, v, m, gamma, lam), core.compute_gae_advantage_return(r, v, m, gamma, lam))
+        assert_same(port.compute_gae_advantage_return(r, v, m, gamma, lam), core.compute_gae_advantage_return(r, v, m, gamma, lam))
 
 
 def test_batch_from_verl_turns():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from toyrl.objectives import CLIP_SCHEMES, policy_loss
 from toyrl.port.verl import register_with_verl, turn_ids_from_mask, verl_policy_loss
-from verl_support import load_core_algos
+from toyrl.port.verl_loader import load_core_algos
 
 ca = load_core_algos()
 needs_verl = pytest.mark.skipif(ca is None, reason="verl 0.9.1 (or one of its imports) is not installed")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from toyrl.port import verl_policy as vp
-from verl_support import load_core_algos
+from toyrl.port.verl_loader import load_core_algos
 
 ca = load_core_algos()
 pytestmark = pytest.mark.skipif(ca is None, reason="verl 0.9.1 (or one of its imports) is not installed")

@@ -1,10 +1,13 @@
-"""The ``toyrl`` command line: ``toyrl envs | train | sweep | demo | demos | reproduce | precompute | pretrain | bench``.
+"""The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | precompute | pretrain |
+bench``.
 
 Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
 ``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cliargs``): one flag per
 field by its own name, its docstring as help; ``sweep`` takes several values for any field and runs
 their product. An unknown name prints one line naming the flag and the valid names and exits with
-code 2 (no traceback) before any work starts.
+code 2 (no traceback) before any work starts. ``sweep`` and ``scorecard`` run their per-run jobs
+through ``toyrl.parallel.run_tasks``: ``--backend process`` (a spawn pool, the default) or
+``--backend ray`` (``--ray-address`` joins an existing cluster; otherwise a local instance).
 """
 from __future__ import annotations
 
@@ -146,17 +149,43 @@ def cmd_sweep(args) -> int:
         name = run_name(cfg, swept)
         seen[name] = seen.get(name, -1) + 1                  # equal values twice: name the repeats __1, __2
         jobs.append((cfg, str(out_dir / (name + (f"__{seen[name]}" if seen[name] else "") + ".jsonl"))))
-    print(f"sweep: {len(jobs)} runs on {args.workers} worker(s) -> {out_dir}/")
-    if args.workers <= 1:
-        results = [_sweep_one(j) for j in jobs]
-    else:
-        import multiprocessing as mp
-        with mp.get_context("spawn").Pool(args.workers) as pool:
-            results = pool.map(_sweep_one, jobs)
+    print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/")
+    from .parallel import run_tasks
+    results = run_tasks(_sweep_one, jobs, workers=args.workers, backend=args.backend, address=args.ray_address,
+                        progress=sys.stderr.isatty(), desc="sweep")
     for path, s in results:
         print(f"{Path(path).name:60s} reward={s['reward_mean']:.3f} success={s['success_rate']:.3f} "
               f"std={s['reward_std']:.3f}")
     return 0
+
+
+def cmd_scorecard(args) -> int:
+    from .scorecard import SETTINGS, run_scorecard
+    choose("scorecard env", args.env, SETTINGS)
+    if (args.seeds is not None and args.seeds < 1) or (args.cells is not None and args.cells < 1):
+        raise UsageError("--seeds and --cells must be >= 1")
+    seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
+    out = args.out_dir or "data/scorecard"
+    print(f"scorecard: {args.env}, {seeds} seeds/cell, {'quick' if args.quick else 'full'}, {args.workers} "
+          f"worker(s), backend {args.backend} -> {out}/", flush=True)
+    rec = run_scorecard(seeds=seeds, quick=args.quick, env=args.env, out_dir=out, workers=args.workers,
+                        backend=args.backend, address=args.ray_address, cells=args.cells, steps=args.steps,
+                        progress=sys.stderr.isatty())
+    for c in rec["cells"]:
+        cr, fs = c["collapse_rate"], c["final_success"]
+        print(f"{c['name']:42s} collapse {cr['mean']:.2f} [{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]  final success "
+              f"{fs['mean']:.2f} [{fs['ci95'][0]:.2f}, {fs['ci95'][1]:.2f}]  {c['regime']}")
+    print(f"scorecard: done in {rec['run_time_s']:.0f} s -> {out}/scorecard.json, {out}/scorecard.png")
+    return 0
+
+
+def add_backend_flags(p: argparse.ArgumentParser) -> None:
+    """--backend and --ray-address (toyrl.parallel.run_tasks)."""
+    from .parallel import BACKENDS
+    p.add_argument("--backend", choices=BACKENDS, default="process",
+                   help="where the runs go: process (a local process pool, the default) or ray (Ray tasks)")
+    p.add_argument("--ray-address", default=None,
+                   help="address of an existing Ray cluster (e.g. auto, ray://host:10001); default: a local instance")
 
 
 def cmd_demo(args) -> int:
@@ -178,9 +207,15 @@ def cmd_demos(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from .claims import run_claims
-    return run_claims(args.claims, seeds=args.seeds, quick=args.quick, workers=args.workers, out_dir=args.out_dir,
-                      update_readme=not args.no_readme)
+    from .claims import redraw, run_claims
+    if args.redraw:                                        # figures from the stored series, no runs
+        from .claims import CLAIMS
+        for name in args.claims or list(CLAIMS):
+            print(redraw(choose("claim", name, CLAIMS), args.out_dir))
+        return 0
+    return run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
+                      workers=args.workers, out_dir=args.out_dir, update_readme=not args.no_readme,
+                      progress=not args.no_progress)
 
 
 # notebook data: NAME -> module whose precompute(out_dir=None) writes data/runs/NAME/
@@ -217,6 +252,21 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def add_reproduce(sub) -> None:
+    """The ``reproduce`` subcommand: ``toyrl reproduce CLAIM... --seeds N --first-seed S --out-dir D --workers W``."""
+    r = sub.add_parser("reproduce", help="the claims ledger: test the source article's claims at toy scale")
+    r.add_argument("claims", nargs="*", help="claim names (default: all)")
+    r.add_argument("--seeds", type=int, default=10, help="seeds per arm (N: seeds S..S+N-1)")
+    r.add_argument("--first-seed", type=int, default=0, help="first seed S of the block")
+    r.add_argument("--quick", action="store_true", help="shorter runs (the whole ledger in under 8 minutes)")
+    r.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
+    r.add_argument("--out-dir", default=None, help="where the JSON, series and figures go (default data/claims)")
+    r.add_argument("--no-readme", action="store_true", help="do not regenerate the README claims table")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--redraw", action="store_true", help="redraw the figures from the stored series (no runs)")
+    r.set_defaults(func=cmd_reproduce)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toyrl", description="Multi-turn agent RL, small enough to see.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -232,7 +282,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_flags(s, multi=True)
     s.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
     s.add_argument("--out-dir", default="runs")
+    add_backend_flags(s)
     s.set_defaults(func=cmd_sweep)
+    sc = sub.add_parser("scorecard", help="the stability scorecard: the four dials x seeds, collapse map and figure",
+                        description="Estimator, clip, aggregation and filter levels, one factor at a time around "
+                        "GRPO/PPO/token-mean/no filter, in the off-policy long-turn regime (toyrl.scorecard).")
+    sc.add_argument("--quick", action="store_true", help="fewer steps and 3 seeds per cell (minutes)")
+    sc.add_argument("--seeds", type=int, default=None, help="seeds per cell (default 10, 3 under --quick)")
+    sc.add_argument("--env", default="gridworld", help="gridworld (default) or bandit_chain")
+    sc.add_argument("--cells", type=int, default=None, help="only the first N cells of the design")
+    sc.add_argument("--steps", type=int, default=None, help="RL steps per run (default 50, 40 under --quick)")
+    sc.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
+    sc.add_argument("--out-dir", default=None, help="where scorecard.json / runs.json / scorecard.png go "
+                    "(default data/scorecard)")
+    add_backend_flags(sc)
+    sc.set_defaults(func=cmd_scorecard)
     d = sub.add_parser("demo", help="a short GRPO vs GiGPO run: summary table and a figure")
     d.add_argument("--steps", type=int, default=None)
     d.add_argument("--seed", type=int, default=0)
@@ -243,14 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--n", type=int, default=None, help="episodes per env")
     dm.add_argument("--seed", type=int, default=0)
     dm.set_defaults(func=cmd_demos)
-    r = sub.add_parser("reproduce", help="the claims ledger: test the source article's claims at toy scale")
-    r.add_argument("claims", nargs="*", help="claim names (default: all)")
-    r.add_argument("--seeds", type=int, default=5)
-    r.add_argument("--quick", action="store_true", help="smaller runs (the whole ledger in minutes)")
-    r.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
-    r.add_argument("--out-dir", default=None, help="where the JSON and figures go (default data/claims)")
-    r.add_argument("--no-readme", action="store_true", help="do not regenerate the README claims table")
-    r.set_defaults(func=cmd_reproduce)
+    add_reproduce(sub)
     pc = sub.add_parser("precompute", help="recompute the runs the notebooks load from data/runs/")
     pc.add_argument("names", nargs="*", help=f"targets (default: all): {', '.join(PRECOMPUTE)}")
     pc.add_argument("--out-dir", default=None)

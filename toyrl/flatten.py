@@ -126,9 +126,11 @@ def _flat_arrays(episodes: list, codec) -> dict:
             g, o = len(t.gen), len(t.obs)
             a["start"][b, k] = s
             a["tokens"][b, s:s + g + o], a["turn_id"][b, s:s + g + o] = t.gen + t.obs, k
-            a["policy_mask"][b, s:s + g] = ~np.asarray(t.forced, bool) if g else False
+            forced = np.asarray(t.forced, bool) if len(t.forced) == g else np.zeros(g, bool)   # hand-made turns
+            a["policy_mask"][b, s:s + g] = ~forced
             a["obs_mask"][b, s + g:s + g + o] = True
-            a["old_logp"][b, s:s + g], a["entropy"][b, s:s + g], a["state"][b, s:s + g] = t.logp, t.entropy, t.states
+            a["old_logp"][b, s:s + g], a["entropy"][b, s:s + g] = t.logp, t.entropy
+            a["state"][b, s:s + g] = t.states if len(t.states) == g else -1
             for name, v in (("turn_reward", t.reward), ("state_key", t.key), ("void_turn", t.void),
                             ("turn_mask", True), ("turn_signal", t.signal)):
                 a[name][b, k] = v
@@ -148,8 +150,10 @@ def _turn_contexts(episodes: list, codec, start: np.ndarray, device) -> list:
         ctx, cmask = left_pad([t.context for t in turns], codec.PAD, device)
         gen = torch.as_tensor(_right_pad([t.gen for t in turns], codec.PAD, np.int64))          # (n, M)
         gmask = torch.as_tensor(_right_pad([[True] * len(t.gen) for t in turns], False, bool))
-        state = torch.as_tensor(_right_pad([t.states for t in turns], -1, np.int64))
-        sampled = torch.as_tensor(_right_pad([[not f for f in t.forced] for t in turns], False, bool))
+        state = torch.as_tensor(_right_pad([t.states if len(t.states) == len(t.gen) else [-1] * len(t.gen)
+                                            for t in turns], -1, np.int64))
+        sampled = torch.as_tensor(_right_pad([[not f for f in t.forced] if len(t.forced) == len(t.gen)
+                                              else [True] * len(t.gen) for t in turns], False, bool))
         pos = torch.as_tensor(start[rows, h])[:, None] + torch.arange(gen.shape[1])[None]
         out.append(TurnContext(torch.as_tensor(rows, device=device), ctx, cmask, gen.to(device), gmask.to(device),
                                torch.where(sampled, pos, -1).to(device), state.to(device)))

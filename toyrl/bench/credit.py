@@ -261,13 +261,14 @@ def main(argv=None) -> list[dict]:
                 timed.add(key)
                 loop_best[key] = min(loop_best.get(key, math.inf), timeit(lambda: LOOPS[key[0]](b.to("cpu")), 1))
     rows = []
-    print(f"{'estimator':<22}{'level':<7}{'vectorized ms':>14}{'loop ref':>10}{'loop ms':>10}{'speed-up':>10}")
+    print(f"{'estimator':<28}{'level':<7}{'vectorized ms':>14}{'loop ref':>10}{'loop ms':>10}{'speed-up':>10}")
     for name in names:
         base, _, variant = name.partition(":")
         level, ref = ESTIMATORS[base].level, REF.get(base)
         t, lt = best[name], loop_best.get((ref, level, variant), math.nan)
         rows.append(dict(name=name, level=level, ms=1e3 * t, ref=ref or "-", loop_ms=1e3 * lt, speedup=lt / t))
-        print(f"{name:<22}{level:<7}{1e3 * t:>14.2f}{ref or '-':>10}{1e3 * lt:>10.1f}{lt / t:>9.0f}x")
+        loop = f"{1e3 * lt:>10.1f}{lt / t:>9.0f}x" if ref else f"{'-':>10}{'-':>10}"
+        print(f"{name:<28}{level:<7}{1e3 * t:>14.2f}{ref or '-':>10}{loop}")
     if a.race if a.race is not None else a.only is None:
         extras(rows, tok_b, a)
     return rows

@@ -1,15 +1,20 @@
 """The claims ledger: each quantitative claim of the seed article, tested at toy scale over seeds.
 
-    toyrl reproduce [CLAIM ...] [--seeds 5] [--quick]        # == run_claims(names, seeds=5, quick=False)
+    toyrl reproduce [CLAIM ...] [--seeds 10] [--first-seed 0] [--quick] [--workers W] [--out-dir D]
+    # == run_claims(names, seeds=10, first_seed=0, quick=False, workers=W, out_dir=D)
 
-For every claim: run its arms x seeds (a spawn pool of worker processes, one torch thread each),
-reduce each run to scalar metrics, bootstrap per-arm means and paired effects (``stats.py``), apply
-the one verdict rule, and write ``data/claims/<claim>.json`` plus ``<claim>.png``. The README claims
-table (between ``<!-- claims:start -->`` and ``<!-- claims:end -->``) is regenerated from every
-claim file present. Verdicts are computed, never edited.
+For every claim: write its setting, mechanism and faithfulness note to ``<claim>.json`` *before*
+any run (verdict "pending"); run its arms x seeds S..S+N-1 (a process pool, one torch thread
+each; trainer seeds from ``spec.train_seed``, so no run is shared between claims); reduce each run
+to scalar metrics; paired t intervals, Holm correction and the one verdict rule (``stats.py``);
+then write ``<claim>.json`` (result, verdict), ``<claim>.series.json.gz`` (every run's series)
+and ``<claim>.png`` (redrawn from the series by ``redraw``). The README claims table (between
+``<!-- claims:start -->`` and ``<!-- claims:end -->``) is regenerated from every claim file
+present. Verdicts are computed, never edited.
 
-Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability`` (claims 1-7), ``credit``
-(claims 8-14), ``stats`` (bootstrap, verdict), ``report`` (JSON, figures, README).
+Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability`` and ``credit`` (the claims),
+``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict), ``report`` (JSON,
+series, figures, README), ``pool`` (process pool with a progress bar).
 """
 from __future__ import annotations
 
@@ -19,49 +24,42 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .credit import CREDIT_CLAIMS
 from . import report
-from .report import claims_table, write_figure, write_json
-from .spec import Claim, Test, run_job
+from .credit import CREDIT_CLAIMS
+from .offpolicy import OFFPOLICY_CLAIMS
+from .pool import run_tasks
+from .report import claims_table, load_series, write_figure, write_json, write_series
+from .spec import Claim, Test, run_job, train_seed
 from .stability import STABILITY_CLAIMS
-from .stats import VERDICT_RULE, _r, paired_effect, passes, summary, verdict
+from .stats import VERDICT_RULE, _r, classify, holm, paired_effect, summary, verdict
 
-__all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "refresh_text", "write_readme", "REPO"]
+__all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "redraw", "write_readme", "REPO"]
 
-CLAIMS = {c.name: c for c in STABILITY_CLAIMS + CREDIT_CLAIMS}
+CLAIMS = {c.name: c for c in STABILITY_CLAIMS + OFFPOLICY_CLAIMS + CREDIT_CLAIMS}
 """name -> Claim, in ledger order"""
 REPO = Path(__file__).resolve().parents[2]
 """the checkout (data/claims and README.md live here)"""
 
 
-def _job_key(claim: Claim, arm: str, seed: int, quick: bool) -> tuple:
-    """Identical runs of different claims share one job."""
-    if claim.measure is not None:
-        return ("measure", claim.name, arm, seed, quick)
-    from dataclasses import asdict
-    from ..train import TrainConfig
-    full = asdict(TrainConfig(**claim.config(arm, quick)))          # defaults filled in: equal runs, equal keys
-    return ("train", json.dumps(full, sort_keys=True), seed, claim.probe)
-
-
 def _execute(job: tuple) -> tuple:
-    """Worker entry point (top level, so the spawn pool can import it)."""
+    """Worker entry point (top level, so the spawn pool can import it): job = (claim, arm, seed, quick)."""
     import torch
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    if job[0] == "measure":
-        _, name, arm, seed, quick = job
-        c0 = time.process_time()
-        out = CLAIMS[name].measure(arm, seed, quick)
-        out["series"]["time_s"] = time.perf_counter() - t0
-        out["series"]["cpu_s"] = time.process_time() - c0
-        return job, out
-    _, cfg, seed, probe = job
-    return job, {"series": run_job((json.loads(cfg), seed, probe))}
+    name, arm, seed, quick = job
+    c = CLAIMS[name]
+    t0, c0 = time.perf_counter(), time.process_time()
+    if c.measure is not None:
+        out = c.measure(arm, train_seed(name, seed), quick)
+        series, metrics = out["series"], out["metrics"]
+    else:
+        series = run_job((c.config(arm, quick), train_seed(name, seed), c.probe))
+        metrics = c.metrics(series)
+    series["time_s"], series["cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+    return job, {"metrics": metrics, "series": series}
 
 
-def evaluate(claim: Claim, runs: dict, seeds: Sequence[int]) -> dict:
-    """Per-arm summaries of every metric, the tests' effects and the verdict, from ``runs``
+def evaluate(claim: Claim, runs: dict, seeds: Sequence[int]) -> tuple:
+    """({"arms": per-arm summaries, "tests": effects with Holm decisions}, verdict) from ``runs``
     (arm -> seed -> {"metrics": ..., "series": ...})."""
     arms = {}
     for arm in claim.arms:
@@ -72,112 +70,115 @@ def evaluate(claim: Claim, runs: dict, seeds: Sequence[int]) -> dict:
     for t in claim.tests:
         a = [runs[t.arm][s]["metrics"].get(t.metric, float("nan")) for s in seeds]
         b = None if t.baseline is None else [runs[t.baseline][s]["metrics"].get(t.metric, float("nan")) for s in seeds]
-        eff = paired_effect(a, b)
         tests.append({"name": t.name, "metric": t.metric, "arm": t.arm, "baseline": t.baseline,
-                      "claimed": f"{'>' if t.sign > 0 else '<'} {t.threshold:g}", "effect": eff,
-                      "passed": passes(eff, sign=t.sign, threshold=t.threshold)})
-    return {"arms": arms, "tests": tests}, verdict([t["passed"] for t in tests])
+                      "claimed": f"{'>' if t.sign > 0 else '<'} {t.threshold:g}",
+                      "effect": paired_effect(a, b, threshold=t.threshold)})
+    rejected = holm([t["effect"]["p"] if t["effect"]["p"] is not None else float("nan") for t in tests])
+    for t, spec_, rej in zip(tests, claim.tests, rejected):
+        t["holm_rejected"] = bool(rej)
+        t["outcome"] = classify(t["effect"], rej, sign=spec_.sign, threshold=spec_.threshold)
+        t["passed"] = t["outcome"] == "passed"
+    return {"arms": arms, "tests": tests}, verdict([t["outcome"] for t in tests], check=claim.check)
 
 
-def _record(claim: Claim, runs: dict, seeds: list, quick: bool, elapsed: float) -> dict:
-    result, v = evaluate(claim, runs, seeds)
-    cmd = f"toyrl reproduce {claim.name} --seeds {len(seeds)}" + (" --quick" if quick else "")
-    setting = {"arms": {a: claim.config(a, quick) for a in claim.arms}}
+def _setting(claim: Claim, quick: bool) -> dict:
     if claim.measure is not None:
-        setting = {"measure": claim.measure.__name__, "config": claim.base,
-                   "warmup_steps": claim.quick_steps if quick else claim.steps}
+        return {"env": claim.base.get("env"), "quick": quick, "measure": claim.measure.__name__,
+                "config": claim.base, "arms": list(claim.arms)}
+    return {"env": claim.base.get("env"), "quick": quick, "probe": claim.probe,
+            "arms": {a: claim.config(a, quick) for a in claim.arms}}
+
+
+def register(claim: Claim, seeds: list, quick: bool) -> dict:
+    """The record written before any run: what is tested, how, on which seeds; verdict 'pending'."""
+    cmd = (f"toyrl reproduce {claim.name} --seeds {len(seeds)} --first-seed {seeds[0]}"
+           + (" --quick" if quick else ""))
     return {"name": claim.name, "claim": claim.claim, "source": claim.source, "metric": claim.metric,
-            "setting": {"env": claim.base.get("env"), "quick": quick, **setting, "probe": claim.probe},
-            "seeds": seeds, "result": result, "verdict": v, "verdict_rule": VERDICT_RULE, "command": cmd,
-            "notes": notes_for(claim, v), "run_time_s": round(elapsed, 1),
-            "cpu_time_s": _r(sum(r["series"].get("cpu_s", float("nan")) for arm in runs.values()
-                                 for r in arm.values()), 1)}
+            "mechanism": claim.mechanism, "faithfulness": claim.faithfulness,
+            "settings_tried": claim.settings_tried, "kind": "check" if claim.check else "claim",
+            "setting": _setting(claim, quick),
+            "tests_planned": [{"name": t.name, "metric": t.metric, "arm": t.arm, "baseline": t.baseline,
+                               "claimed": f"{'>' if t.sign > 0 else '<'} {t.threshold:g}"} for t in claim.tests],
+            "seeds": list(seeds), "train_seeds": [train_seed(claim.name, s) for s in seeds],
+            "verdict": "pending", "verdict_rule": VERDICT_RULE, "command": cmd, "notes": claim.notes,
+            "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def _finish(claim: Claim, rec: dict, runs: dict, out: Path, elapsed: float) -> dict:
+    result, v = evaluate(claim, runs, rec["seeds"])
+    cpu = sum(r["series"].get("cpu_s", float("nan")) for arm in runs.values() for r in arm.values())
+    rec = {**rec, "result": result, "verdict": v, "run_time_s": round(elapsed, 1), "cpu_time_s": _r(cpu, 1),
+           "notes": notes_for(claim, v)}
+    write_series(out / f"{claim.name}.series.json.gz", claim.name, runs)
+    write_json(out / f"{claim.name}.json", rec)
+    write_figure(out / f"{claim.name}.png", claim, {a: {s: r["series"] for s, r in d.items()} for a, d in runs.items()},
+                 rec)
+    return rec
+
+
+def redraw(name: str, out_dir=None) -> Path:
+    """Redraw ``<name>.png`` from its JSON record and stored series, without re-running anything."""
+    out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
+    rec = json.loads((out / f"{name}.json").read_text())
+    write_figure(out / f"{name}.png", CLAIMS[name], load_series(out / f"{name}.series.json.gz"), rec)
+    return out / f"{name}.png"
 
 
 def write_readme(out_dir=None, readme=None) -> bool:
     """Regenerate the README claims table from every claim file in ``out_dir`` (ledger order)."""
     out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
     records = [json.loads((out / f"{n}.json").read_text()) for n in CLAIMS if (out / f"{n}.json").exists()]
-    footer = (f"Verdict rule: {VERDICT_RULE} Regenerate with `toyrl reproduce` (each file names its own "
-              f"command).")
+    footer = f"Verdict rule: {VERDICT_RULE} Regenerate with `toyrl reproduce` (each file names its own command)."
     return report.update_readme(Path(readme) if readme else REPO / "README.md", claims_table(records), footer)
 
 
 def notes_for(claim: Claim, verdict_: str) -> str:
-    """The claim's notes, plus what a reproduction would need unless it was reproduced."""
-    if verdict_ != "reproduced" and claim.needed:
+    """The claim's notes, plus what a reproduction would need unless it was reproduced (or is a check)."""
+    if verdict_ not in ("reproduced", "check") and claim.needed:
         return f"{claim.notes} What a reproduction would need: {claim.needed}"
     return claim.notes
 
 
-def refresh_text(out_dir=None) -> list:
-    """Rewrite the descriptive fields (claim, source, metric, notes) of existing claim files from the
-    registry, leaving setting, seeds, results and verdict untouched. Returns the names rewritten."""
-    out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
-    done = []
-    for name, c in CLAIMS.items():
-        path = out / f"{name}.json"
-        if path.exists():
-            rec = json.loads(path.read_text())
-            rec.update(claim=c.claim, source=c.source, metric=c.metric, notes=notes_for(c, rec["verdict"]))
-            write_json(path, rec)
-            done.append(name)
-    return done
-
-
-def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 5, quick: bool = False, workers: int = 2,
-               out_dir=None, update_readme: bool = True, readme=None) -> int:
-    """Run the named claims (all if empty) and write their files; returns the exit code.
-
-    Unknown names print one line listing the valid ones to stderr and return 2. ``readme`` defaults
-    to the checkout's README.md.
-    """
-    names = list(names or CLAIMS)
+def _usage(names, seeds: int) -> Optional[str]:
     bad = [n for n in names if n not in CLAIMS]
     if bad:
-        print(f"toyrl: error: unknown claim {bad[0]!r}; valid claims: {', '.join(CLAIMS)}", file=sys.stderr)
-        return 2
+        return f"unknown claim {bad[0]!r}; valid claims: {', '.join(CLAIMS)}"
     if seeds < 1:
-        print("toyrl: error: --seeds must be >= 1", file=sys.stderr)
+        return "--seeds must be >= 1"
+    return None
+
+
+def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_seed: int = 0, quick: bool = False,
+               workers: int = 2, out_dir=None, update_readme: bool = True, readme=None, progress: bool = True) -> int:
+    """Run the named claims (all if empty) on seeds first_seed .. first_seed + seeds - 1; returns the exit code.
+
+    Unknown names (or seeds < 1) print one line to stderr and return 2. ``readme`` defaults to the
+    checkout's README.md.
+    """
+    names = list(names or CLAIMS)
+    err = _usage(names, seeds)
+    if err:
+        print(f"toyrl: error: {err}", file=sys.stderr)
         return 2
     out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
-    seed_list = list(range(seeds))
+    seed_list = list(range(first_seed, first_seed + seeds))
     claims = [CLAIMS[n] for n in dict.fromkeys(names)]
-    jobs = {}                                            # key -> [(claim, arm, seed), ...]
-    for c in claims:
-        for arm in c.arms:
-            for s in seed_list:
-                jobs.setdefault(_job_key(c, arm, s, quick), []).append((c.name, arm, s))
+    recs = {c.name: register(c, seed_list, quick) for c in claims}
+    for c in claims:                                           # the setting is on disk before any result
+        write_json(out / f"{c.name}.json", recs[c.name])
+    jobs = [(c.name, arm, s, quick) for c in claims for arm in c.arms for s in seed_list]
     t0 = time.time()
-    print(f"reproduce: {len(claims)} claim(s), {len(jobs)} runs, {seeds} seeds, {'quick' if quick else 'full'}, "
-          f"{workers} worker(s) -> {out}/", flush=True)
-    if workers <= 1:
-        it = map(_execute, list(jobs))
-        pool = None
-    else:
-        import multiprocessing as mp
-        pool = mp.get_context("spawn").Pool(workers)
-        it = pool.imap_unordered(_execute, list(jobs))
-    todo = {c.name: {(a, s) for a in c.arms for s in seed_list} for c in claims}
+    print(f"reproduce: {len(claims)} claim(s), {len(jobs)} runs, seeds {seed_list[0]}..{seed_list[-1]}, "
+          f"{'quick' if quick else 'full'}, {workers} worker(s) -> {out}/", flush=True)
+    todo = {c.name: len(c.arms) * len(seed_list) for c in claims}
     runs = {c.name: {a: {} for a in c.arms} for c in claims}
-    try:
-        for key, res in it:
-            for name, arm, s in jobs[key]:
-                c = CLAIMS[name]
-                metrics = c.metrics(res["series"] if c.measure is None else res["metrics"])
-                runs[name][arm][s] = {"metrics": metrics, "series": res["series"]}
-                todo[name].discard((arm, s))
-                if not todo[name]:
-                    rec = _record(c, runs[name], seed_list, quick, time.time() - t0)
-                    write_json(out / f"{name}.json", rec)
-                    write_figure(out / f"{name}.png", c, runs[name], rec)
-                    print(f"  {name:18s} {rec['verdict']:22s} ({time.time() - t0:.0f} s)", flush=True)
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-    total = time.time() - t0
-    print(f"reproduce: done in {total:.0f} s", flush=True)
+    for (name, arm, s, _), res in run_tasks(_execute, jobs, workers=workers, progress=progress, desc="reproduce"):
+        runs[name][arm][s] = res
+        todo[name] -= 1
+        if not todo[name]:
+            rec = _finish(CLAIMS[name], recs[name], runs[name], out, time.time() - t0)
+            print(f"  {name:18s} {rec['verdict']:22s} ({time.time() - t0:.0f} s)", flush=True)
+    print(f"reproduce: done in {time.time() - t0:.0f} s", flush=True)
     if update_readme:
         write_readme(out, readme)
     return 0

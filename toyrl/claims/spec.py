@@ -6,7 +6,7 @@ log into scalar metrics, and ``Test``s: an effect (one arm's metric, or the pair
 two arms) that must lie on a claimed side of a threshold. A claim whose experiment is a
 measurement rather than training sets ``measure`` instead (a function of seed and quick).
 
-Runs are plain data: ``run_job(job)`` takes (config dict, seed, steps, probe name) and returns the
+Runs are plain data: ``run_job(job)`` takes (config dict, trainer seed, probe name) and returns the
 series of the run log, so two claims that need the same run share it.
 """
 from __future__ import annotations
@@ -17,11 +17,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-__all__ = ["Test", "Claim", "run_job", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc", "success_metrics",
-           "peak_drop", "collapse_times", "log10_grad", "tokens_per_episode"]
+__all__ = ["Test", "Claim", "run_job", "train_seed", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc",
+           "success_metrics", "peak_drop", "collapse_times", "log10_grad", "tokens_per_episode"]
 
 SERIES_KEYS = ("reward_mean", "reward_std", "success_rate", "grad_norm", "turns_per_episode", "tokens_generated",
-               "batch_size", "void_turn_rate", "clip_frac", "ratio_max", "kept_frac", "entropy")
+               "batch_size", "void_turn_rate", "void_traj_rate", "clip_frac", "ratio_max", "kept_frac", "entropy",
+               "zero_var_frac", "template_mi", "obs_token_rate", "format_valid_rate", "eval_success_rate")
 """run-log columns kept for every run (metrics and figures read only these)"""
 
 
@@ -79,12 +80,32 @@ class Claim:
     """what a reproduction would need; added to the notes when the verdict is not 'reproduced'"""
     quick_overrides: dict = field(default_factory=dict)
     """TrainConfig fields changed under --quick (besides steps)"""
+    mechanism: str = ""
+    """what must happen in a run for the claim to hold, and through which channel"""
+    faithfulness: str = ""
+    """how the toy setting maps to the paper's, and what it cannot test"""
+    settings_tried: int = 1
+    """how many settings were run for this claim (pilots included), honestly counted"""
+    check: bool = False
+    """True: an identity that holds by construction (verdict 'check' when its tests pass)"""
+    curve_label: str = ""
+    """y-axis label of the figure's curves (default: the series keys)"""
 
     def config(self, arm: str, quick: bool) -> dict:
         cfg = {**self.base, **self.arms[arm], "steps": self.quick_steps if quick else self.steps}
         if quick:
             cfg.update(self.quick_overrides)
         return cfg
+
+
+def train_seed(claim_name: str, seed: int) -> int:
+    """The trainer seed of ``seed`` in claim ``claim_name``: crc32(name) mod 10^5 x 1000 + seed.
+
+    Arms of one claim share it (paired by seed); two claims never do, so no run is shared between
+    claims. Example: the seed block 0..9 of two claims gives two disjoint sets of trainer seeds.
+    """
+    import zlib
+    return (zlib.crc32(claim_name.encode()) % 100_000) * 1000 + int(seed)
 
 
 # ---- running one job ------------------------------------------------------------------------------

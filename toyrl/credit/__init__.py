@@ -9,7 +9,9 @@ Dimension legend: B rollouts, T tokens, H turns.
 Families: ``outcome`` (GRPO, Dr. GRPO, RLOO, REINFORCE++, ReMax, OPO, GPG, Pass@k), ``gae`` (token,
 turn and bi-level GAE), ``gigpo``, ``turn_rewards`` (MT-GRPO), ``critics`` (ArCHer, SWEET-RL and the
 learned models), ``tree`` (Tree-GRPO), ``reverse_turn`` (RTPO), ``progress`` (SPA-RL), ``entropy``
-(EMPG), ``info_gain`` (A2TGPO). Each docstring gives the equation, arXiv id, defaults and an example.
+(EMPG), ``info_gain`` (A2TGPO), ``peers`` (GDPO, OTB). Each docstring gives the equation, arXiv id,
+defaults and an example. Shared moves: ``base`` (shape checks, group normalization, turn placement)
+and ``scan`` (pack the policy tokens, discounted scan, unpack).
 ``REFERENCE[name](batch, **kw)`` is the same estimator written as plain loops (``reference.py``).
 """
 from .registry import ESTIMATORS, Estimator, register_estimator, token_advantages
@@ -24,6 +26,7 @@ from .reverse_turn import rtpo
 from .progress import spa, spa_rewards
 from .entropy import empg
 from .info_gain import a2tgpo, a2tgpo_clip_eps, a2tgpo_z
+from .peers import gdpo, optimal_token_baseline, tir_optimal_token_baseline
 from .reference import REFERENCE
 
 __all__ = [
@@ -33,5 +36,5 @@ __all__ = [
     "gae", "gae_scan", "turn_gae", "bilevel_gae", "gigpo", "anchor_index", "similarity_keys", "mt_grpo",
     "TurnCritic", "DoubleCritic", "value_loss", "progress_loss", "sweet_bt_loss", "archer_losses",
     "soft_update", "archer", "sweet", "tree_grpo", "rtpo", "spa", "spa_rewards", "empg", "a2tgpo",
-    "a2tgpo_z", "a2tgpo_clip_eps",
+    "a2tgpo_z", "a2tgpo_clip_eps", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline",
 ]

@@ -83,15 +83,19 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, eps: float = 1e-8,
 
     verl's ``masked_whiten`` (which raises for fewer than 2 masked entries, and keeps the whitened
     values outside the mask: ``zero_outside=False``); here a count < 2 uses var 0, so a lone entry
-    maps to 0. Example: x [1., 2., 3.], all masked -> [-1., 0., 1.].
+    maps to 0. The sums run in float64, so equal values whiten to exactly 0 (in float32 their mean
+    can miss the value by an ulp, which 1 / sqrt(0 + eps) then blows up to ~1e-4).
+    Example: x [1., 2., 3.], all masked -> [-1., 0., 1.].
     """
     m = mask.to(x.dtype)
-    n = m.sum()
-    mu = (x * m).sum() / n.clamp(min=1)                                    # masked mean
-    d = x - mu
-    var = (d * d * m).sum() / (n - 1).clamp(min=1)                        # unbiased masked variance
-    out = d * torch.rsqrt(var + eps)
-    return out * m if zero_outside else out
+    n = m.sum(dtype=torch.float64)
+    mu = (x * m).sum(dtype=torch.float64) / n.clamp(min=1)                # masked mean, summed in float64
+    d = x - mu.to(x.dtype)                                                 # equal values: exactly 0
+    var = (d * d * m).sum(dtype=torch.float64) / (n - 1).clamp(min=1)     # unbiased masked variance
+    out = d * torch.rsqrt(var + eps).to(x.dtype)
+    if zero_outside:
+        out *= m
+    return out
 
 
 def turn_end_pos(turn_id: torch.Tensor, policy_mask: torch.Tensor, H: int) -> torch.Tensor:

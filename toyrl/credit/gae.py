@@ -23,9 +23,23 @@ from torch.nn.functional import pad
 
 from .base import check, masked_whiten, place_at_turn_end, turn_end_pos
 from .registry import need, register_estimator
-from .scan import discounted_cumsum, pack, pack_turns, row_blocks, unpack, unpack_turns
+from .scan import discounted_cumsum, pack, pack_turns, unpack, unpack_turns
 
-__all__ = ["gae_scan", "gae", "turn_gae", "bilevel_gae", "turn_token_gae"]
+__all__ = ["td_errors", "gae_scan", "gae", "turn_gae", "bilevel_gae", "turn_token_gae"]
+
+
+def td_errors(reward: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float,
+              last_value: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """delta_t = r_t + gamma V_{t+1} - V_t over the masked steps, packed -> (B, P + 1), 0 after a row's last one.
+
+    t+1 is the next masked step; after the last one V is ``last_value`` (B,) or 0.
+    Example: r [[0, 1]], V [[0.5, 0.5]], all masked, gamma 1 -> [[0., 0.5, 0.]].
+    """
+    V = pack(values.to(reward.dtype), mask, last=last_value)             # (B, P + 1) V of the masked steps, then V_last
+    delta = pack(reward, mask)                                            # (B, P + 1) r of the masked steps
+    delta += gamma * pad(V[:, 1:], (0, 1)) - V                            # delta_t = r_t + gamma V_{t+1} - V_t
+    delta *= torch.arange(delta.shape[1], device=delta.device) < mask.sum(1, keepdim=True)   # 0 past the row
+    return delta
 
 
 def gae_scan(reward: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float,
@@ -36,12 +50,8 @@ def gae_scan(reward: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, 
     Unmasked steps hold the advantage of the next masked step (as verl).
     Example: r [[0, 0, 1]], V [[0.5, 0.5, 0.5]], all masked, gamma=lam=1 -> [[0.5, 0.5, 0.5]].
     """
-    r = pack(reward, mask)                                                # (B, P + 1) rewards of masked steps
-    V = pack(values.to(reward.dtype), mask, last=last_value)              # (B, P + 1) their values, then V_last
-    inside = torch.arange(r.shape[1], device=r.device) < mask.sum(1, keepdim=True)  # (B, P + 1) real steps
-    delta = (r + gamma * pad(V[:, 1:], (0, 1)) - V) * inside             # delta_t = r_t + gamma V_{t+1} - V_t
-    A = discounted_cumsum(delta, gamma * lam)                             # A_t = delta_t + gamma lam A_{t+1}
-    return unpack(A, mask)                                                # (B, L)
+    delta = td_errors(reward, values, mask, gamma=gamma, last_value=last_value)   # (B, P + 1)
+    return unpack(discounted_cumsum(delta, gamma * lam), mask)           # A_t = delta_t + gamma lam A_{t+1}
 
 
 def gae(token_reward: torch.Tensor, values: torch.Tensor, policy_mask: torch.Tensor, *, gamma: float = 1.0,
@@ -57,12 +67,11 @@ def gae(token_reward: torch.Tensor, values: torch.Tensor, policy_mask: torch.Ten
     dims = check("token_reward", token_reward, "BT", {}, kind="float")
     check("values", values, "BT", dims, kind="float")
     check("policy_mask", policy_mask, "BT", dims)
-    adv, ret = torch.empty_like(values), torch.empty_like(values)                 # (B, T)
-    for rows in row_blocks(values.shape[0]):                                      # rows are independent
-        m = policy_mask[rows]
-        A = gae_scan(token_reward[rows], values[rows], m, gamma=gamma, lam=lam)  # (b, T) raw GAE
-        adv[rows], ret[rows] = A * m, (A + values[rows]) * m                      # returns_t = A_t + V_t
-    return (masked_whiten(adv, policy_mask) if whiten else adv), ret
+    raw = gae_scan(token_reward, values, policy_mask, gamma=gamma, lam=lam)    # (B, T)
+    ret = raw + values                                                           # returns_t = A_t + V_t
+    ret *= policy_mask
+    adv = masked_whiten(raw, policy_mask) if whiten else raw * policy_mask
+    return adv, ret
 
 
 def turn_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_mask: torch.Tensor, *, gamma: float = 0.99,
@@ -82,7 +91,8 @@ def turn_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_mask: torch.T
     if last_value is not None:
         check("last_value", last_value, "B", dims)
     raw = gae_scan(turn_reward, values, turn_mask, gamma=gamma, lam=lam, last_value=last_value)
-    ret = (raw + values) * turn_mask                                             # the critic's target
+    ret = raw + values                                                           # the critic's target
+    ret *= turn_mask
     adv = masked_whiten(raw, turn_mask) if whiten else raw * turn_mask
     return adv, ret
 
@@ -112,11 +122,9 @@ def bilevel_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_id: torch.
     V_turn = values.gather(1, pos.clamp(min=0)) * ends                           # (B, H) V at the turn's end
     A_turn = gae_scan(turn_reward, V_turn, ends, gamma=gamma_turn, lam=lam_turn)          # 1. turn-level GAE
     G = (A_turn + V_turn) * ends                                                 # 2. (B, H) G_k = A_k + V_k
-    raw = torch.empty_like(values)                                               # (B, T)
-    for rows in row_blocks(B):                                                   # 3. rows are independent
-        raw[rows] = turn_token_gae(G[rows], values[rows], turn_id[rows], policy_mask[rows],
-                                   gamma=gamma_token, lam=lam_token)
-    ret = (raw + values) * policy_mask
+    raw = turn_token_gae(G, values, turn_id, policy_mask, gamma=gamma_token, lam=lam_token)   # 3. (B, T)
+    ret = raw + values
+    ret *= policy_mask
     adv = masked_whiten(raw, policy_mask) if whiten else raw * policy_mask      # 4.
     return adv, ret
 
@@ -130,10 +138,9 @@ def turn_token_gae(G: torch.Tensor, values: torch.Tensor, turn_id: torch.Tensor,
     [[0.95, 0.95, 1.]].
     """
     V, slot, n = pack_turns(values, policy_mask, turn_id, G.shape[1])           # (B*H, P + 1) every turn a row
-    last = (n - 1).clamp(min=0)[:, None]                                         # (B*H, 1) slot of the turn's end
-    r = torch.zeros_like(V).scatter_(1, last, G.reshape(-1, 1))                  # G_k on the turn's last token
-    inside = torch.arange(V.shape[1], device=V.device) < n[:, None]              # (B*H, P + 1) real steps
-    delta = (r + gamma * pad(V[:, 1:], (0, 1)) - V) * inside                     # token TD errors, V = 0 after the end
+    delta = torch.zeros_like(V).scatter_(1, (n - 1).clamp(min=0)[:, None], G.reshape(-1, 1))  # G_k on the turn's end
+    delta += gamma * pad(V[:, 1:], (0, 1)) - V                                   # token TD errors, V = 0 after the end
+    delta *= torch.arange(V.shape[1], device=V.device) < n[:, None]              # 0 past the turn
     return unpack_turns(discounted_cumsum(delta, gamma * lam), slot)            # (B, T)
 
 

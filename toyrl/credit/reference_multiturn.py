@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from .reference import group_z, members, on_turns, outcome, reference, tensor, to_go, whitened, zscores
+from .reference_base import group_z, members, on_turns, outcome, reference, tensor, to_go, whitened, zscores
 
 __all__: list = []
 

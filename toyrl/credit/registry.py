@@ -89,8 +89,3 @@ def token_advantages(batch, adv: torch.Tensor, level: Optional[str] = None) -> t
     elif tuple(adv.shape) != (B, T):
         raise ValueError(f"adv: expected shape (B={B}, T={T}) for level 'token', got {tuple(adv.shape)}")
     return adv * batch.policy_mask.to(adv.dtype)                           # (B, T)
-
-
-# ---- the peers' estimators (verl 0.9.1): gdpo, optimal_token_baseline, tir_optimal_token_baseline ----
-# Registered by toyrl/credit/peers.py on import (at the end, so register_estimator exists already).
-from . import peers as _peers  # noqa: E402,F401

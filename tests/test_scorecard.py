@@ -1,0 +1,197 @@
+"""The stability scorecard: RAGEN-2's cross-scoring estimates on hand-computed scores, the regime
+labels, the reasoning pairs of rollout episodes, batched cross-scoring against a per-pair loop, the
+design, per-run metrics on a made-up run, and a 2-cell slice end to end (JSON, runs, figure, CLI)."""
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from toyrl.scorecard import (BASE, DIALS, build_record, cell_config, design, paired_effect, rebuild, run_metrics,
+                             run_scorecard, summary)
+from toyrl.scorecard_mi import REGIMES, cross_score_mi, cross_scores, first_turn_pairs, regime
+from toyrl.scorecard_plot import (cell_series, effect_sign, heatmap_data, load_scorecard, marginal_effects,
+                                  plot_cell, write_figure)
+
+L8, L2 = math.log(0.8), math.log(0.2)
+
+
+def test_cross_score_mi_hand_computed():
+    # matched = log .8; marginal = log((.8 + .2) / 2) = log .5
+    out = cross_score_mi(torch.tensor([[L8, L2], [L2, L8]]), torch.tensor([0, 1]), torch.tensor([1.0, 1.0]))
+    assert out["mi"] == pytest.approx(math.log(1.6), abs=1e-6)          # 0.470
+    assert out["cond_entropy"] == pytest.approx(-L8, abs=1e-6)          # 0.223
+    assert out["entropy"] == pytest.approx(math.log(2), abs=1e-6)
+    assert out["retrieval_acc"] == 1.0 and out["chance"] == 0.5
+    assert out["mi_upper_bound"] == pytest.approx(math.log(2))
+
+
+def test_cross_score_mi_per_token_and_identity():
+    # lengths 2: per-token scores are halved; I = H(Z) - H(Z|X) holds for both variants
+    scores = torch.tensor([[2 * L8, 2 * L2], [2 * L2, 2 * L8], [-1.0, -3.0]])
+    out = cross_score_mi(scores, torch.tensor([0, 1, 1]), torch.tensor([2.0, 2.0, 2.0]))
+    for sfx in ("", "_seq"):
+        assert out["mi" + sfx] == pytest.approx(out["entropy" + sfx] - out["cond_entropy" + sfx], abs=1e-6)
+    # by hand: pairs 1-2 give log(.8/.5) = 0.4700 per token, log(.64/.34) = 0.6325 per sequence; pair 3 (column 1)
+    # -1.5 - (logsumexp(-.5, -1.5) - log 2) = -0.6201 per token, -3 - (logsumexp(-1, -3) - log 2) = -1.4338
+    assert out["mi"] == pytest.approx((2 * 0.4700 - 0.6201) / 3, abs=1e-3)
+    assert out["mi_seq"] == pytest.approx((2 * 0.6325 - 1.4338) / 3, abs=1e-3)
+    assert out["retrieval_acc"] == pytest.approx(2 / 3)                  # the third pair is retrieved wrongly
+
+
+def test_input_agnostic_reasoning_has_zero_mi_and_chance_retrieval():
+    scores = torch.tensor([[-1.0, -1.0, -1.0]] * 6)                      # every prompt scores Z the same
+    out = cross_score_mi(scores, torch.tensor([0, 0, 1, 1, 2, 2]), torch.ones(6))
+    assert abs(out["mi"]) < 1e-6 and out["cond_entropy"] == pytest.approx(1.0)
+    one = cross_score_mi(torch.zeros(0, 1), torch.zeros(0, dtype=torch.long), torch.zeros(0))
+    assert math.isnan(one["mi"])                                         # fewer than 2 prompts: no estimate
+
+
+def test_regime_labels_the_four_corners():
+    kw = dict(h_ref=math.log(4), mi_ref=math.log(8))
+    assert regime(1.2, 0.5, **kw) == "diverse"
+    assert regime(1.2, 0.01, **kw) == "template collapse"
+    assert regime(0.1, 0.5, **kw) == "compressed"
+    assert regime(0.1, 0.01, **kw) == "low-entropy collapse"
+    assert regime(float("nan"), 0.5, **kw) == "n/a" and len(set(REGIMES)) == 4
+
+
+def _codec():
+    from toyrl.toycodec import ToyCodec
+    return ToyCodec(n_think=2, n_actions=4, n_obs=20, think_max=3)       # think 5-6, END 4, actions 7-10
+
+
+def _episode(prompt, gen):
+    return SimpleNamespace(prompt=prompt, turns=[SimpleNamespace(gen=gen)])
+
+
+def test_first_turn_pairs_keeps_closed_reasoning_only():
+    c = _codec()
+    eps = [_episode([1, 11], [5, 6, 4, 7]), _episode([1, 12], [6, 4, 8]), _episode([1, 11], [4, 7]),
+           _episode([1, 12], [5, 7]), _episode([1, 11], [5, 5, 4, 9])]
+    prompts, segments, column = first_turn_pairs(eps, c)
+    assert prompts == [[1, 11], [1, 12]]
+    assert segments == [[5, 6], [6], [5, 5]]                             # empty and unclosed reasoning dropped
+    assert column == [0, 1, 0]
+
+
+def test_cross_scores_equal_a_loop_over_pairs():
+    from toyrl.policies.toy import ToyTransformer, ToyTransformerConfig
+    torch.manual_seed(0)
+    pol = ToyTransformer(ToyTransformerConfig(vocab_size=30, d_model=16, n_layer=1, n_head=2, max_len=32)).eval()
+    prompts, segments = [[1, 11, 12], [1, 13]], [[5, 6], [6], [5, 5, 6]]
+    allowed = torch.zeros(3, 30, dtype=torch.bool)
+    allowed[:, [4, 5, 6]] = True
+    for al in (None, allowed):
+        got = cross_scores(pol, prompts, segments, allowed_at=al)
+        assert got.shape == (3, 2)
+        for i, z in enumerate(segments):
+            for j, p in enumerate(prompts):
+                seq = torch.tensor([p + z])
+                a = None if al is None else torch.cat([torch.ones(len(p), 30, dtype=torch.bool), al[:len(z)]])[None]
+                lp, _ = pol.logprobs(seq, torch.ones_like(seq, dtype=torch.bool), allowed=a)
+                assert got[i, j].item() == pytest.approx(lp[0, len(p):].sum().item(), abs=1e-5)
+    assert not torch.allclose(cross_scores(pol, prompts, segments), cross_scores(pol, prompts, segments,
+                                                                                  allowed_at=allowed))
+
+
+def test_design_is_one_factor_at_a_time():
+    cells = design()
+    assert cells[0] == BASE and len(cells) == 1 + sum(len(v) - 1 for v in DIALS.values()) == 13
+    for c in cells[1:]:
+        assert sum(c[d] != BASE[d] for d in DIALS) == 1
+    assert len({tuple(c.values()) for c in cells}) == 13
+    assert len(design("full")) == 3 * 6 * 3 * 4
+    with pytest.raises(ValueError):
+        design("latin")
+    cfg = cell_config({**BASE, "filter": "starpo_s"}, steps=7)
+    assert cfg["filters"] == ["starpo_s"] and cfg["steps"] == 7 and cfg["staleness"] == 2
+
+
+def test_summary_bootstrap_stays_in_range_and_pairs_by_seed():
+    s = summary([0.0, 0.0, 1.0])
+    assert s["mean"] == pytest.approx(1 / 3, abs=1e-4) and 0.0 <= s["ci95"][0] < s["ci95"][1] <= 1.0
+    e = paired_effect([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])
+    assert e["mean"] == 0.5 and e["ci95"] == [0.5, 0.5]
+    assert summary([float("nan")])["mean"] is None
+
+
+def _made_up_run(collapse: bool):
+    steps = 30
+    rm = [0.1 + 0.02 * t for t in range(15)] + ([0.0] * 15 if collapse else [0.4] * 15)
+    rs = [0.4] * 12 + ([0.05] * 18 if collapse else [0.4] * 18)
+    g = [1.0] * steps
+    g[5] = 50.0                                                          # one spike (> 10 x the median)
+    return {"seed": 0, "time_s": 1.0,
+            "series": {"reward_mean": rm, "reward_std": rs, "success_rate": rm, "grad_norm": g,
+                       "format_valid_rate": [1.0] * steps},
+            "diag": {"step": [0, 30], "mi": [0.0, 0.1], "mi_seq": [0.0, 0.2], "cond_entropy": [1.0, 0.5],
+                     "retrieval_acc": [0.1, 0.3], "mi_upper_bound": [2.0, 2.0]}}
+
+
+def test_run_metrics_reads_collapse_spikes_and_the_last_probe():
+    m = run_metrics(_made_up_run(True))
+    assert m["collapsed"] == 1.0 and 15 <= m["t_collapse"] <= 20
+    assert m["spike_rate"] == pytest.approx(1 / 30) and m["log10_max_grad"] == pytest.approx(math.log10(50))
+    assert m["mi_seq"] == 0.2 and m["cond_entropy"] == 0.5 and m["format_valid"] == 1.0
+    h = run_metrics(_made_up_run(False))
+    assert h["collapsed"] == 0.0 and math.isnan(h["t_collapse"]) and h["final_success"] == pytest.approx(0.4)
+
+
+def test_build_record_effects_are_paired_differences_with_the_base():
+    base, sapo = cell_config(BASE), {**BASE, "clip": "sapo"}
+    runs = {"grpo/ppo/token-mean/none": [{**_made_up_run(False), "seed": s} for s in range(3)],
+            "grpo/sapo/token-mean/none": [{**_made_up_run(True), "seed": s} for s in range(3)]}
+    meta = {"env": "gridworld", "steps": 30, "quick": True, "diag_every": 30, "workers": 1, "backend": "process",
+            "run_time_s": 1.0, "command": "toyrl scorecard"}
+    rec = build_record(runs, meta)
+    assert [c["name"] for c in rec["cells"]] == list(runs) and base["clip"] == "ppo"
+    c1 = rec["cells"][1]
+    assert c1["clip"] == sapo["clip"] and c1["collapse_rate"]["mean"] == 1.0 and c1["seeds"] == [0, 1, 2]
+    assert effect_sign(rec, "clip", "sapo", "collapsed") == 1
+    assert effect_sign(rec, "clip", "sapo", "final_success") == -1
+    (d, lv, m, lo, hi), = marginal_effects(rec, "final_success")
+    assert (d, lv) == ("clip", "sapo") and m == pytest.approx(c1["final_success"]["mean"]
+                                                              - rec["cells"][0]["final_success"]["mean"], abs=1e-3)
+    names, metrics, values = heatmap_data(rec)
+    assert values.shape == (2, len(metrics)) and values[1, metrics.index("collapse_rate")] == 1.0
+    fig = write_figure(rec)
+    assert len(fig.axes) == 3 and "staleness 2" in fig._suptitle.get_text()
+    assert fig.axes[0].get_images()[0].get_array()[1, 0] == 1.0          # the heatmap draws the collapse rate
+
+
+def test_two_cell_slice_end_to_end(tmp_path):
+    rec = run_scorecard(seeds=2, cells=2, steps=3, diag_every=3, out_dir=tmp_path, progress=False)
+    card = json.loads((tmp_path / "scorecard.json").read_text())
+    assert (tmp_path / "scorecard.png").stat().st_size > 10_000
+    assert [c["estimator"] for c in card["cells"]] == ["grpo", "gigpo"]
+    for c in card["cells"]:
+        for key in ("clip", "agg", "filter", "seeds", "collapse_rate", "final_success", "auc_success", "t_collapse",
+                    "spike_rate", "format_valid", "mi", "cond_entropy", "regime"):
+            assert key in c
+        assert c["seeds"] == [0, 1] and c["format_valid"]["mean"] == 1.0 and c["regime"] in REGIMES + ("n/a",)
+        assert c["cond_entropy"]["n"] == 2                               # the probe scored reasoning in both seeds
+    assert {e["dial"] for e in card["effects"]} == {"estimator"}
+    record, runs = load_scorecard(tmp_path)
+    assert cell_series(runs, "gigpo/ppo/token-mean/none").shape == (2, 3)
+    assert runs["grpo/ppo/token-mean/none"][0]["diag"]["step"] == [0, 3]
+    assert len(plot_cell(record, runs, "grpo/ppo/token-mean/none").axes) == 3
+    again = rebuild(tmp_path, figure=False)                              # re-summarized from runs.json: same card
+    assert again["cells"] == rec["cells"] and again["effects"] == rec["effects"]
+
+
+def test_probe_does_not_change_the_training_run():
+    from toyrl.scorecard import run_one
+    cfg = cell_config(BASE, steps=2)
+    a, b = run_one((cfg, 0, 1)), run_one((cfg, 0, 0))
+    assert a["series"] == b["series"] and len(a["diag"]["step"]) == 3 and b["diag"] == {"step": []}
+
+
+def test_cli_scorecard_unknown_env_is_one_line_exit_2(capsys):
+    from toyrl.cli import main
+    assert main(["scorecard", "--env", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "valid scorecard envs: gridworld, bandit_chain" in err and err.strip().count("\n") == 0
+    assert main(["scorecard", "--seeds", "0"]) == 2
