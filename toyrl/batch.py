@@ -25,28 +25,15 @@ from .segments import anchor_index, dense_index
 __all__ = ["TurnBatch", "turn_to_token", "token_to_turn", "discounted_returns"]
 
 # field -> (shape spec, dtype kind); shape letters: B, T, H
-_REQUIRED = {
-    "tokens": ("BT", "long"),
-    "policy_mask": ("BT", "bool"),
-    "turn_id": ("BT", "long"),
-    "old_logp": ("BT", "float"),
-    "turn_mask": ("BH", "bool"),
-    "turn_reward": ("BH", "float"),
-    "group": ("B", "long"),
-    "state_key": ("BH", "long"),
-}
-_OPTIONAL = {
-    "obs_mask": ("BT", "bool"),
-    "ref_logp": ("BT", "float"),
-    "rollout_logp": ("BT", "float"),
-    "entropy": ("BT", "float"),
-    "values": ("BH", "float"),
-    "void_turn": ("BH", "bool"),
-    "node": ("BH", "long"),
-    "info_gain": ("BH", "float"),
-    "turn_signal": ("BH", "float"),
-    "policy_version": ("B", "long"),
-    "task": ("B", "long"),
+# field -> (shape over B / T / H, dtype kind, required)
+_FIELDS = {
+    "tokens": ("BT", "long", True), "policy_mask": ("BT", "bool", True), "turn_id": ("BT", "long", True),
+    "old_logp": ("BT", "float", True), "turn_mask": ("BH", "bool", True), "turn_reward": ("BH", "float", True),
+    "group": ("B", "long", True), "state_key": ("BH", "long", True),
+    "obs_mask": ("BT", "bool", False), "ref_logp": ("BT", "float", False), "rollout_logp": ("BT", "float", False),
+    "entropy": ("BT", "float", False), "values": ("BH", "float", False), "void_turn": ("BH", "bool", False),
+    "node": ("BH", "long", False), "info_gain": ("BH", "float", False), "turn_signal": ("BH", "float", False),
+    "policy_version": ("B", "long", False), "task": ("B", "long", False),
 }
 _KINDS = {
     "long": (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8),
@@ -124,10 +111,8 @@ class TurnBatch:
         B, T = self.tokens.shape
         dims = {"B": B, "T": T, "H": self.turn_mask.shape[1]}
         device = self.tokens.device
-        for name, (spec, kind) in _REQUIRED.items():
-            _check(name, getattr(self, name), spec, kind, dims, device)
-        for name, (spec, kind) in _OPTIONAL.items():
-            if getattr(self, name) is not None:
+        for name, (spec, kind, required) in _FIELDS.items():
+            if required or getattr(self, name) is not None:
                 _check(name, getattr(self, name), spec, kind, dims, device)
         H = dims["H"]
         if T and (int(self.turn_id.min()) < -1 or int(self.turn_id.max()) >= max(H, 1)):
