@@ -57,8 +57,7 @@ NO_RAY = "Ray is not installed (optional extra: pip install 'toyrl[ray]')"
 def local_ray():
     """One local Ray instance (2 CPUs) for the Ray tests; run_tasks joins it instead of starting its own."""
     import ray
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -5,7 +5,6 @@ import json
 import math
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
@@ -195,3 +194,18 @@ def test_cli_scorecard_unknown_env_is_one_line_exit_2(capsys):
     err = capsys.readouterr().err
     assert "valid scorecard envs: gridworld, bandit_chain" in err and err.strip().count("\n") == 0
     assert main(["scorecard", "--seeds", "0"]) == 2
+
+
+def test_select_cells_by_count_or_name():
+    from toyrl.scorecard import select_cells
+    assert select_cells(2) == design()[:2] and len(select_cells()) == 13
+    got = select_cells(["grpo/ppo/token-mean/none", "grpo/sapo/token-mean/none"])
+    assert [c["clip"] for c in got] == ["ppo", "sapo"]
+    with pytest.raises(ValueError, match="unknown cell 'grpo/nope/token-mean/none'"):
+        select_cells(["grpo/nope/token-mean/none"])
+
+
+def test_notebook_11_exercises():
+    from toyrl.exercises import check
+    assert check("11.mi", math.log(0.9 / 0.5)) and not check("11.mi", math.log(0.9))
+    assert check("11.regime", "template collapse") and not check("11.regime", "diverse")

@@ -1,9 +1,15 @@
-"""``toyrl demo``: trajectory-level GRPO vs state-grouped GiGPO on the same GridWorld, in about a minute.
+"""``toyrl demo``: a collapse and the fix that prevents it, over 3 seeds, in about a minute on 2 cores.
 
-Both runs share the seed, the map and every hyperparameter except the estimator. The summary
-table gives, for each, the success rate and the within-group reward std (RAGEN's early-warning
-signal) averaged over the last steps, and the step at which success first reached 50%; the figure
-plots success, within-group std and the zero-variance fraction over training.
+The setting is the claims ledger's ``env_mask`` (Search-R1, arXiv 2503.09516): a policy that samples
+from its whole vocabulary (``constrain=False``), behaviour-cloned on the planner demonstrations,
+then trained with GRPO on random 4x4 lakes. Two arms differ in one flag:
+
+- ``unmasked`` (``mask_env_tokens=False``): the loss also raises the likelihood of the observation
+  tokens the environment wrote, with the trajectory's advantage. The policy starts writing
+  observation tokens in its own turns (``obs_token_rate`` jumps) and its success collapses.
+- ``masked`` (``mask_env_tokens=True``, the fix): only policy tokens are trained; success keeps rising.
+
+Each arm runs ``seeds`` seeds (paired); the figure draws the mean over seeds with a 95% t band.
 """
 from __future__ import annotations
 
@@ -11,53 +17,83 @@ from typing import Optional
 
 import numpy as np
 
-from .train import TrainConfig, train
+__all__ = ["DEMO_BASE", "demo_configs", "run_demo", "summarize"]
 
-DEMO_ENV = {"map_name": "4x4", "max_turns": 16}
-
-
-def demo_configs(steps: int = 80, seed: int = 0) -> dict[str, TrainConfig]:
-    base = dict(env="gridworld", env_kwargs=dict(DEMO_ENV), steps=steps, seed=seed, progress=False)
-    return {"grpo": TrainConfig(estimator="grpo", **base),
-            "gigpo": TrainConfig(estimator="gigpo", estimator_kwargs={"gamma": 0.95, "omega": 1.0}, **base)}
+DEMO_BASE = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, estimator="grpo", prompts_per_step=4,
+                 constrain=False, bc_steps=60, kl="k3", kl_coef=0.01)
+"""the ledger's env_mask setting (free sampling after 60 behaviour-cloning steps, k3 KL 0.01)"""
+ARMS = {"unmasked": {"mask_env_tokens": False}, "masked": {"mask_env_tokens": True}}
+"""arm -> TrainConfig overrides"""
 
 
-def first_step_reaching(values: np.ndarray, level: float) -> Optional[int]:
-    """The first index where ``values`` (smoothed over 5 steps) reaches ``level``, or None."""
-    if len(values) == 0:
-        return None
-    k = min(5, len(values))
-    smooth = np.convolve(values, np.ones(k) / k, mode="valid")
-    hit = np.flatnonzero(smooth >= level)
-    return int(hit[0]) + k - 1 if hit.size else None
+def demo_configs(steps: int = 30) -> dict:
+    """arm -> TrainConfig fields (without the seed)."""
+    return {arm: {**DEMO_BASE, **over, "steps": steps} for arm, over in ARMS.items()}
 
 
-def run_demo(out: Optional[str] = "toyrl_demo.png", steps: Optional[int] = None, seed: int = 0) -> dict:
-    steps = steps or 80
-    logs = {name: train(cfg) for name, cfg in demo_configs(steps, seed).items()}
-    print(f"GridWorld 4x4 (fixed map, 16 turns), 8 tasks x 8 rollouts per step, {steps} steps, seed {seed}")
-    print(f"{'estimator':10s} {'success(last 10)':>17s} {'reward std':>11s} {'zero-var frac':>14s} {'step to 50%':>12s}")
-    summary = {}
-    for name, log in logs.items():
-        succ, std, zv = log.column("success_rate"), log.column("reward_std"), log.column("zero_var_frac")
-        s = {"success": float(succ[-10:].mean()), "reward_std": float(std[-10:].mean()),
-             "zero_var_frac": float(zv[-10:].mean()), "step_to_50": first_step_reaching(succ, 0.5)}
-        summary[name] = s
-        print(f"{name:10s} {s['success']:17.2f} {s['reward_std']:11.3f} {s['zero_var_frac']:14.2f} "
-              f"{str(s['step_to_50']):>12s}")
+def _run(job: tuple) -> tuple:
+    """Worker: (arm, config dict, seed) -> (arm, seed, series)."""
+    from .claims.spec import run_job
+    arm, cfg, seed = job
+    return arm, seed, run_job((cfg, seed, None))
+
+
+def summarize(series: dict) -> dict:
+    """arm -> {"final_success", "min_success", "peak_obs_token_rate"} over seeds (means of per-seed values).
+
+    final: mean of the last 5 steps; min: lowest 5-step mean after step 5; peak: highest 5-step mean.
+    """
+    from .claims.spec import smooth
+    out = {}
+    for arm, runs in series.items():
+        succ = [smooth(r["success_rate"]) for r in runs.values()]
+        obs = [smooth(r["obs_token_rate"]) for r in runs.values()]
+        out[arm] = {"final_success": float(np.mean([s[-5:].mean() for s in succ])),
+                    "min_success": float(np.mean([s[5:].min() if s.size > 5 else s.min() for s in succ])),
+                    "peak_obs_token_rate": float(np.mean([o.max() for o in obs]))}
+    return out
+
+
+def _figure(series: dict, out: str, steps: int) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from .claims.report import seed_band
+    from .claims.spec import smooth
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.2))
+    for j, arm in enumerate(series):
+        for ax, key in zip(axes, ("success_rate", "obs_token_rate")):
+            Y = np.stack([smooth(r[key]) for r in series[arm].values()])              # (S, steps)
+            seed_band(ax, Y, np.arange(Y.shape[1]), f"C{j}", arm)
+    for ax, lab in zip(axes, ("success rate (5-step mean)", "observation tokens written by the policy")):
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(lab, fontsize=8)
+        ax.legend(fontsize=7, frameon=False)
+    n = len(next(iter(series.values())))
+    fig.suptitle(f"Training on environment tokens collapses a free-sampling policy; masking them prevents it\n"
+                 f"GridWorld 4x4 random maps, GRPO after 60 BC steps, {steps} steps, {n} seeds", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def run_demo(out: Optional[str] = "toyrl_demo.png", steps: Optional[int] = None, seed: int = 0, seeds: int = 3,
+             workers: int = 2, progress: bool = True) -> dict:
+    """Run both arms on seeds seed .. seed + seeds - 1, print a summary table, save the figure to ``out``."""
+    steps = steps or 30
+    cfgs = demo_configs(steps)
+    jobs = [(arm, cfg, s) for arm, cfg in cfgs.items() for s in range(seed, seed + seeds)]
+    from .claims.pool import run_tasks
+    series: dict = {arm: {} for arm in cfgs}
+    for arm, s, ser in run_tasks(_run, jobs, workers=workers, progress=progress, desc="demo runs"):
+        series[arm][s] = ser
+    summary = summarize(series)
+    print(f"GridWorld 4x4 random maps, free sampling after 60 BC steps, GRPO, {steps} steps, seeds "
+          f"{seed}..{seed + seeds - 1}")
+    print(f"{'arm':10s} {'final success':>14s} {'lowest success':>15s} {'peak obs-token rate':>20s}")
+    for arm, s in summary.items():
+        print(f"{arm:10s} {s['final_success']:14.2f} {s['min_success']:15.2f} {s['peak_obs_token_rate']:20.2f}")
     if out:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-        for name, log in logs.items():
-            for ax, key in zip(axes, ("success_rate", "reward_std", "zero_var_frac")):
-                ax.plot(log.column(key), label=name)
-                ax.set_title(key)
-                ax.set_xlabel("step")
-        axes[0].legend()
-        fig.tight_layout()
-        fig.savefig(out, dpi=110)
-        plt.close(fig)
+        _figure(series, out, steps)
         print(f"figure -> {out}")
     return summary

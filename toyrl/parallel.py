@@ -13,9 +13,11 @@ callers that write files as they go.
 Backends:
 - ``process`` (default): ``workers <= 1`` runs in this process, in order; otherwise a ``spawn``
   multiprocessing pool (a fresh interpreter per worker, no forked torch state).
-- ``ray``: each job is a Ray task asking for one CPU. ``address=None`` starts a local instance with
-  ``workers`` CPUs (shut down afterwards); an address (``"auto"``, ``"ray://host:10001"``) joins an
-  existing cluster, whose size sets the parallelism. Ray is an optional extra: ``pip install toyrl[ray]``.
+- ``ray``: each job is a Ray task asking for one CPU (Ray sets OMP_NUM_THREADS=1 in its workers).
+  ``address=None`` starts a local instance with ``workers`` CPUs (shut down afterwards) unless one is
+  already running in this process (then it is used and left running); an address (``"auto"``,
+  ``"ray://host:10001"``) joins an existing cluster, whose size sets the parallelism. Ray is an
+  optional extra: ``pip install 'toyrl[ray]'``.
 
 Torch threads: every job should call ``torch.set_num_threads(1)`` itself (the toy models gain
 nothing from a second thread, and several workers on few cores slow each other down).
@@ -72,8 +74,7 @@ def _ray(fn, jobs, workers: int, address: Optional[str]):
     started = not ray.is_initialized()
     if started:
         kw = {"num_cpus": max(1, workers)} if address is None else {}
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}}, **kw)
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False, **kw)
     try:
         remote = ray.remote(num_cpus=1)(_indexed)
         pending = [remote.remote((fn, i, job)) for i, job in enumerate(jobs)]

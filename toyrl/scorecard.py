@@ -42,8 +42,9 @@ import numpy as np
 from .claims.spec import auc, collapse_times, final
 from .scorecard_mi import regime
 
-__all__ = ["DIALS", "BASE", "REGIME", "SETTINGS", "SPIKE", "design", "cell_config", "cell_name", "run_one",
-           "run_metrics", "summarize_cell", "effects", "run_scorecard", "build_record", "rebuild", "summary", "paired_effect", "REPO"]
+__all__ = ["DIALS", "BASE", "REGIME", "SETTINGS", "STEPS", "SPIKE", "design", "cell_config", "cell_name", "run_one",
+           "run_metrics", "select_cells", "summarize_cell", "effects", "run_scorecard", "build_record", "rebuild",
+           "summary", "paired_effect", "REPO"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -130,7 +131,7 @@ def _probe(tr, probe) -> dict:
 
 
 def run_one(job: tuple) -> dict:
-    """One (cell, seed) run: ``job`` = (config dict, seed, diag_every) -> {"series", "diag", "time_s"}.
+    """One (cell, seed) run: ``job`` = (config dict, seed, diag_every) -> {"series", "diag", "time_s", "cpu_s"}.
 
     Top level, one torch thread (a worker entry point of ``toyrl.parallel.run_tasks``). The probe
     runs before step 0 (after the warm start), every ``diag_every`` steps and after the last.
@@ -139,7 +140,7 @@ def run_one(job: tuple) -> dict:
     torch.set_num_threads(1)
     from .train import Trainer, TrainConfig
     cfg_dict, seed, diag_every = job
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     tr = Trainer(TrainConfig(**{**cfg_dict, "seed": seed, "progress": False}))
     if tr.cfg.bc_steps:
         tr.behaviour_clone(tr.cfg.bc_steps)
@@ -155,7 +156,8 @@ def run_one(job: tuple) -> dict:
     series = {k: [None if v is None or not math.isfinite(v) else round(float(v), 4) for v in tr.log.column(k)]
               for k in SERIES_KEYS}
     return {"series": series, "diag": {k: [round(float(x), 4) if math.isfinite(x) else None for x in v]
-                                       for k, v in diag.items()}, "time_s": time.perf_counter() - t0}
+                                       for k, v in diag.items()},
+            "time_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
 N_BOOT = 10_000
@@ -221,7 +223,7 @@ def summarize_cell(cell: dict, seeds: Sequence[int], metrics: list, n_think: int
     return out
 
 
-def effects(cells: list, per_run: dict, keys=("final_success", "collapsed", "auc_success")) -> list:
+def effects(cells: list, per_run: dict, keys=("final_success", "collapsed", "auc_success", "cond_entropy")) -> list:
     """Marginal effect of each level that differs from the base cell (``cells[0]``) in one dial:
     metric(level) - metric(base), paired by seed, with its 95% interval."""
     base, out = cells[0], []
@@ -238,7 +240,7 @@ def effects(cells: list, per_run: dict, keys=("final_success", "collapsed", "auc
 
 def _command(seeds: int, quick: bool, env: str, cells: Optional[int], steps: Optional[int], workers: int) -> str:
     return ("toyrl scorecard" + (" --quick" if quick else "") + f" --seeds {seeds} --env {env}"
-            + (f" --cells {cells}" if cells else "") + (f" --steps {steps}" if steps else "") + f" --workers {workers}")
+            + (f" --cells {cells}" if isinstance(cells, int) else "") + (f" --steps {steps}" if steps else "") + f" --workers {workers}")
 
 
 def build_record(runs: dict, meta: dict) -> dict:
@@ -261,7 +263,8 @@ def build_record(runs: dict, meta: dict) -> dict:
                     "intervals": f"95% percentile bootstrap over seeds ({N_BOOT} resamples, seed 0)"},
         "command": meta["command"], "seeds": seed_list, "workers": meta["workers"], "backend": meta["backend"],
         "run_time_s": meta["run_time_s"],
-        "cpu_time_s": round(sum(r["time_s"] for rs in runs.values() for r in rs), 1),
+        "cpu_time_s": (round(sum(r["cpu_s"] for rs in runs.values() for r in rs), 1)
+                       if all("cpu_s" in r for rs in runs.values() for r in rs) else None),
         "cells": [summarize_cell(c, seed_list, per_run[cell_name(c)], REGIME["n_think"]) for c in grid],
         "effects": effects(grid, per_run)}
 
@@ -286,17 +289,33 @@ def rebuild(out_dir, figure: bool = True) -> dict:
     return record
 
 
-def run_scorecard(*, seeds: int = 10, quick: bool = False, env: str = "gridworld", out_dir=None, workers: int = 1,
-                  backend: str = "process", address: Optional[str] = None, cells: Optional[int] = None,
+def select_cells(cells=None) -> list:
+    """The design's cells: all (None), the first ``cells`` (an int), or those named (a list of names)."""
+    grid = design()
+    if cells is None:
+        return grid
+    if isinstance(cells, int):
+        return grid[:cells]
+    by_name = {cell_name(c): c for c in design("full")}
+    unknown = [n for n in cells if n not in by_name]
+    if unknown:
+        raise ValueError(f"unknown cell {unknown[0]!r}; a cell is estimator/clip/agg/filter, e.g. {cell_name(BASE)}")
+    return [by_name[n] for n in cells]
+
+
+def run_scorecard(*, seeds=10, quick: bool = False, env: str = "gridworld", out_dir=None, workers: int = 1,
+                  backend: str = "process", address: Optional[str] = None, cells=None,
                   steps: Optional[int] = None, diag_every: int = 10, progress: bool = True,
                   figure: bool = True) -> dict:
-    """Run the scorecard (the first ``cells`` cells of the design if given) and write
-    ``out_dir/scorecard.json``, ``out_dir/runs.json`` (every run's series) and ``out_dir/scorecard.png``.
-    Returns the scorecard record. ``steps`` overrides the RL steps per run."""
+    """Run the scorecard and write ``out_dir/scorecard.json``, ``out_dir/runs.json`` (every run's series)
+    and ``out_dir/scorecard.png``; returns the record. ``seeds``: a count (seeds 0..N-1) or a list;
+    ``cells``: see ``select_cells`` (the base cell first, for the marginal effects); ``steps``
+    overrides the RL steps per run."""
     from .parallel import run_tasks
-    grid = design()[:cells] if cells else design()
+    grid = select_cells(cells)
     n_steps = steps or STEPS["quick" if quick else "full"]
-    pairs = [(c, s) for c in grid for s in range(seeds)]
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    pairs = [(c, s) for c in grid for s in seed_list]
     jobs = [(cell_config(c, env, n_steps), s, diag_every) for c, s in pairs]
     t0 = time.time()
     results = run_tasks(run_one, jobs, workers=workers, backend=backend, address=address, progress=progress,
@@ -306,7 +325,7 @@ def run_scorecard(*, seeds: int = 10, quick: bool = False, env: str = "gridworld
         runs.setdefault(cell_name(c), []).append({"seed": s, **res})
     meta = {"env": env, "steps": n_steps, "quick": quick, "diag_every": diag_every, "workers": workers,
             "backend": backend, "run_time_s": round(time.time() - t0, 1),
-            "command": _command(seeds, quick, env, cells, steps, workers)}
+            "command": _command(len(seed_list), quick, env, cells, steps, workers)}
     record = {**build_record(runs, meta), "meta": meta}
     if out_dir is not None:
         _write(out_dir, record, runs, figure)

@@ -15,7 +15,8 @@ import numpy as np
 
 from .spec import smooth, tokens_per_episode
 
-__all__ = ["write_json", "write_series", "load_series", "write_figure", "setting_label", "claims_table", "update_readme", "START", "END"]
+__all__ = ["write_json", "write_series", "load_series", "write_figure", "setting_label", "seed_band", "claims_table",
+           "update_readme", "START", "END"]
 
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
@@ -70,7 +71,7 @@ def _curve(series: dict, key: str) -> np.ndarray:
     return np.asarray(series.get(key, []), dtype=float)
 
 
-def _band(ax, Y: np.ndarray, x: np.ndarray, color, label: str) -> None:
+def seed_band(ax, Y: np.ndarray, x: np.ndarray, color, label: str) -> None:
     """Mean over seeds with a 95% t band (per x), drawn with one legend entry."""
     from scipy import stats as st
     n = np.isfinite(Y).sum(0)
@@ -94,7 +95,7 @@ def _curves(ax, claim, series: dict) -> None:
         if not claim.measure:
             ok = np.isfinite(Y).any(0)                                             # eval columns: only eval steps
             Y, x = (Y[:, ok], x[ok]) if ok.sum() < n else (np.stack([smooth(y, 5) for y in Y]), x)
-        _band(ax, Y, x, colors[j % len(colors)], arm if len(keys) == 1 else f"{arm}: {key}")
+        seed_band(ax, Y, x, colors[j % len(colors)], arm if len(keys) == 1 else f"{arm}: {key}")
     ax.set_xlabel("measured batch" if claim.measure and "grad" in str(keys) else
                   "turn index" if claim.measure else "RL step")
     ax.set_ylabel(claim.curve_label or " / ".join(keys) + ("" if claim.measure else " (5-step mean)"), fontsize=8)
