@@ -206,3 +206,20 @@ def test_describe_turn_by_hand():
     codec = ToyCodec(n_think=2, n_actions=4, n_obs=3, think_max=2)      # END 4, r 5-6, act 7-10, obs 11-13
     assert codec.describe([5, 6, 4, 8], ["left", "down", "right", "up"]) == "r0 r1 </think> down"
     assert codec.describe([3, 12, 2]) == "| o1 <eot>"
+
+
+def test_logprobs_by_length_equals_one_padded_forward_with_gradients():
+    from toyrl.flatten import logprobs_by_length
+    core, codec, policy, tasks, group = toy_setup(B=16, think_max=8)
+    ro = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(4))
+    b = ro.batch
+    attn = b.turn_id >= 0
+    allowed = ro.grammar.allowed_at(ro.sample_state)
+    ends = attn.sum(1)
+    assert ends.min() < ends.max()                                   # rows of different length
+    lp_a, en_a = policy.logprobs(b.tokens, attn, allowed=allowed, temperature=0.7)
+    lp_b, en_b = logprobs_by_length(policy, b.tokens, attn, allowed, 0.7, buckets=4)
+    assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(en_a, en_b, atol=1e-5)
+    ga = torch.autograd.grad(lp_a.sum(), policy.lm_head.weight)[0]
+    gb = torch.autograd.grad(lp_b.sum(), policy.lm_head.weight)[0]
+    assert torch.allclose(ga, gb, atol=1e-4)

