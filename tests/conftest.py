@@ -108,3 +108,17 @@ def assert_curves_drawn(ax, curves: dict) -> None:
     for name, c in curves.items():
         np.testing.assert_allclose(drawn[name][0], c["x"])
         np.testing.assert_allclose(drawn[name][1], c["mean"])
+
+
+class NoCache:
+    """A policy without its KV cache across turns (``generate`` returns no ``past``): every turn
+    re-reads its whole context, the reference the cached path must equal."""
+
+    def __init__(self, policy):
+        self.p, self.device, self.vocab_size = policy, policy.device, policy.vocab_size
+
+    def generate(self, *a, **kw):
+        out = self.p.generate(*a, **kw)
+        out.past = None
+        return out
+

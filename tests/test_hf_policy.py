@@ -13,6 +13,8 @@ from toyrl.policies.factory import build_policy, is_policy_name
 from toyrl.rollout import recompute_logp, rollout
 from toyrl.train import RunLog, TrainConfig
 
+from conftest import NoCache
+
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -84,18 +86,6 @@ def test_rollout_logp_matches_recompute(which, context, gpt2_dir, llama_dir):
     assert b.obs_mask.any() and not (b.obs_mask & b.policy_mask).any()       # observations are env tokens
 
 
-class _NoCache:
-    """The same policy without the KV cache across turns (generate returns no ``past``)."""
-
-    def __init__(self, policy):
-        self.p, self.device, self.vocab_size = policy, policy.device, policy.vocab_size
-
-    def generate(self, *a, **kw):
-        out = self.p.generate(*a, **kw)
-        out.past = None
-        return out
-
-
 @pytest.mark.parametrize("which", ["gpt2", "llama"])
 def test_cache_across_turns_equals_rereading_the_context(which, gpt2_dir, llama_dir):
     """With the full context each turn feeds only the new observation to the cache kept from the
@@ -105,7 +95,7 @@ def test_cache_across_turns_equals_rereading_the_context(which, gpt2_dir, llama_
     policy, codec = build_policy("hf:" + path, core, "cpu")
     tasks = core.sample_tasks(np.random.default_rng(1), 4)
     a = rollout(policy, core, tasks, np.arange(4), codec=codec, generator=torch.Generator().manual_seed(3))
-    b = rollout(_NoCache(policy), core, tasks, np.arange(4), codec=codec, generator=torch.Generator().manual_seed(3))
+    b = rollout(NoCache(policy), core, tasks, np.arange(4), codec=codec, generator=torch.Generator().manual_seed(3))
     assert a.batch.H >= 2 and torch.equal(a.batch.tokens, b.batch.tokens)
     assert torch.allclose(a.batch.old_logp, b.batch.old_logp, atol=1e-4)
 

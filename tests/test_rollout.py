@@ -8,6 +8,8 @@ from toyrl.policies import make_policy
 from toyrl.rollout import ToyCodec, build_context, recompute_logp, rollout
 from toyrl.tree import branch_weights, tree_rollout
 
+from conftest import NoCache
+
 
 def setup(env="gridworld", B=16, G=4, seed=0, **kw):
     kw = kw or ({"map_name": "4x4", "max_turns": 8} if env == "gridworld" else {})
@@ -17,18 +19,6 @@ def setup(env="gridworld", B=16, G=4, seed=0, **kw):
     tasks = np.repeat(core.sample_tasks(np.random.default_rng(seed), B // G), G, 0)
     group = np.repeat(np.arange(B // G), G)
     return core, codec, policy, tasks, group
-
-
-class NoCache:
-    """The same policy without the KV cache across turns (generate returns no ``past``)."""
-
-    def __init__(self, policy):
-        self.p, self.device, self.vocab_size = policy, policy.device, policy.vocab_size
-
-    def generate(self, *a, **kw):
-        out = self.p.generate(*a, **kw)
-        out.past = None
-        return out
 
 
 def test_codec_parse():
