@@ -9,7 +9,8 @@ Helpers (plain functions: ``from conftest import random_batch``):
 - ``assert_close_to``: a tensor against hand-computed values;
 - ``fake_sweep``: a sweep (arm -> key -> (S, N) curves) of random numbers in [0, 1);
 - ``line_data``, ``bar_heights``, ``image_data``: what an Axes draws, to assert on the data a panel shows;
-- ``assert_curves_drawn``: an Axes draws exactly the curves of ``toyrl.viz.prototype.arm_curves``.
+- ``assert_curves_drawn``: an Axes draws exactly the curves of ``toyrl.viz.prototype.arm_curves``;
+- ``NoCache``: a policy that re-reads its whole context every turn (the reference for KV reuse).
 """
 from __future__ import annotations
 
