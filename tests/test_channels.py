@@ -223,3 +223,15 @@ def test_logprobs_by_length_equals_one_padded_forward_with_gradients():
     ga = torch.autograd.grad(lp_a.sum(), policy.lm_head.weight)[0]
     gb = torch.autograd.grad(lp_b.sum(), policy.lm_head.weight)[0]
     assert torch.allclose(ga, gb, atol=1e-4)
+
+
+def test_text_codec_has_no_grammar_and_marks_the_user_turn_header():
+    from toyrl.textcodec import TextCodec, WordTokenizer
+    tok = WordTokenizer(["move", "User"])
+    codec = TextCodec(tok, template=("User: ", "\nAssistant: ", "\nUser: "))
+    assert codec.grammar(True) is None
+    with pytest.raises(ValueError, match="tti"):
+        codec.grammar(True, ThinkingIntervention())
+    ids = torch.tensor([tok.encode("move[up]\nUser: hi")])
+    marked = codec.obs_token_mask(ids)[0].tolist()
+    assert marked.count(True) == 1 and marked[-5]                       # the word "User" of the header

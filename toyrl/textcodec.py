@@ -150,7 +150,8 @@ class TextCodec:
         self._is_stop = np.zeros(self.size, bool)
         self._is_stop[self._stops.numpy()] = True
         self._enc_cache: dict[str, list[int]] = {}
-        self._obs_ids = sorted({i for i in self.tokenizer.encode(self.template[2]) if texts[i].strip()})
+        self._obs_ids = sorted({i for i in self.tokenizer.encode(self.template[2])       # word pieces of the
+                                if len(texts[i].strip()) > 1 and any(c.isalpha() for c in texts[i])})   # user header
 
     def _encode(self, text: str) -> list[int]:
         ids = self._enc_cache.get(text)
@@ -179,8 +180,9 @@ class TextCodec:
         return None
 
     def obs_token_mask(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(B, T) bool: tokens that open the environment's turn (the non-blank pieces of the template's
-        ``to_user`` text, e.g. a chat template's user header): a reply holding one writes the env's part."""
+        """(B, T) bool: tokens that open the environment's turn (the word pieces, two or more characters
+        with a letter, of the template's ``to_user`` text, e.g. a chat template's user header): a reply
+        holding one writes the env's part. A header spelled in single characters marks nothing."""
         ids = torch.as_tensor(self._obs_ids, dtype=torch.long, device=tokens.device)
         return torch.isin(tokens, ids)
 
