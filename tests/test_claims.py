@@ -97,6 +97,14 @@ def test_unknown_claim_exits_2(capsys):
     assert run_claims(["no_such_claim"], update_readme=False) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no_such_claim" in err[0] and "echo_trap" in err[0]
+    assert run_claims(["echo_trap"], seeds=0, update_readme=False) == 2
+    assert "--seeds" in capsys.readouterr().err
+
+
+def test_figure_title_names_the_setting():
+    from toyrl.claims.report import setting_label
+    assert setting_label({"env": "gridworld", "env_kwargs": {"size": 4}, "lr": 0.01}) == "gridworld size=4, lr=0.01"
+    assert "staleness=2" in setting_label(CLAIMS["echo_trap"].base)
 
 
 def test_readme_markers(tmp_path, capsys):

@@ -83,3 +83,12 @@ def test_ray_run_tasks_keeps_job_order(local_ray):
                      on_result=lambda i, r: seen.append(i)) == [2, 1, 5]
     assert sorted(seen) == [0, 1, 2]
     assert local_ray.is_initialized()                   # a running instance is joined, not shut down
+
+
+@pytest.mark.skipif(not HAS_RAY, reason=NO_RAY)
+def test_ray_scorecard_slice_matches_the_process_pool(local_ray):
+    from toyrl.scorecard import run_scorecard
+    kw = dict(seeds=2, cells=1, steps=2, diag_every=2, workers=2, progress=False)
+    a, b = run_scorecard(**kw), run_scorecard(backend="ray", **kw)
+    assert a["cells"] == b["cells"] and b["meta"]["backend"] == "ray"
+    assert a["cells"][0]["final_success"]["n"] == 2

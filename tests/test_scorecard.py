@@ -209,3 +209,25 @@ def test_notebook_11_exercises():
     from toyrl.exercises import check
     assert check("11.mi", math.log(0.9 / 0.5)) and not check("11.mi", math.log(0.9))
     assert check("11.regime", "template collapse") and not check("11.regime", "diverse")
+
+
+def test_cli_scorecard_writes_the_card(tmp_path, capsys):
+    from toyrl.cli import main
+    assert main(["scorecard", "--cells", "1", "--seeds", "1", "--steps", "2", "--workers", "1", "--out-dir",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "grpo/ppo/token-mean/none" in out and "backend process" in out
+    card = json.loads((tmp_path / "scorecard.json").read_text())
+    assert card["command"] == "toyrl scorecard --seeds 1 --env gridworld --cells 1 --steps 2 --workers 1"
+    assert card["seeds"] == [0] and (tmp_path / "scorecard.png").exists()
+
+
+def test_shipped_scorecard_is_the_default_and_follows_from_its_runs():
+    from toyrl.scorecard import REPO, cell_name
+    record, runs = load_scorecard(REPO / "data" / "scorecard")
+    assert [c["name"] for c in record["cells"]] == [cell_name(c) for c in design()]
+    assert record["seeds"] == list(range(10)) and record["setting"]["steps"] == 50 and not record["setting"]["quick"]
+    assert record["command"].startswith("toyrl scorecard --seeds 10") and record["run_time_s"] <= 30 * 60
+    assert (REPO / "data" / "scorecard" / "scorecard.png").exists()
+    again = build_record(runs, record["meta"])                         # the summaries are recomputed from the runs
+    assert again["cells"] == record["cells"] and again["effects"] == record["effects"]

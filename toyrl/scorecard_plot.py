@@ -19,8 +19,11 @@ import numpy as np
 __all__ = ["HEATMAP_METRICS", "load_scorecard", "heatmap_data", "marginal_effects", "cell_series", "plot_cell",
            "write_figure", "cell_names", "effect_sign"]
 
-HEATMAP_METRICS = ("collapse_rate", "final_success", "auc_success", "spike_rate", "format_valid", "retrieval_acc")
-"""the heatmap's columns: metrics in [0, 1], so one colour scale reads them all"""
+HEATMAP_METRICS = ("collapse_rate", "final_success", "auc_success", "spike_rate", "format_valid", "reasoning_entropy",
+                   "retrieval_acc")
+"""the heatmap's columns: metrics in [0, 1], so one colour scale reads them all (``reasoning_entropy`` is
+H(Z|X) per token over its largest value, log(n_think + 1): the reasoning tokens and END)"""
+LABELS = {"reasoning_entropy": "H(Z|X) / log(n_think+1)"}
 
 
 def load_scorecard(path) -> tuple[dict, dict]:
@@ -37,15 +40,18 @@ def cell_names(record: dict) -> list:
     return [c["name"] for c in record["cells"]]
 
 
-def _mean(cell: dict, key: str) -> float:
+def _mean(cell: dict, key: str, n_think: int = 4) -> float:
+    if key == "reasoning_entropy":
+        return _mean(cell, "cond_entropy") / np.log(n_think + 1)
     v = cell.get(key, {}).get("mean")
     return float("nan") if v is None else float(v)
 
 
 def heatmap_data(record: dict, metrics=HEATMAP_METRICS) -> tuple[list, list, np.ndarray]:
     """(cell names, metric names, (C, M) array of means over seeds; NaN where undefined)."""
-    cells = record["cells"]
-    values = np.array([[_mean(c, k) for k in metrics] for c in cells], dtype=float).reshape(len(cells), len(metrics))
+    cells, n_think = record["cells"], record["setting"]["regime"]["n_think"]
+    values = np.array([[_mean(c, k, n_think) for k in metrics] for c in cells],
+                      dtype=float).reshape(len(cells), len(metrics))
     return [c["name"] for c in cells], list(metrics), values
 
 
@@ -123,7 +129,8 @@ def write_figure(record: dict, path=None, metric: str = "final_success"):
             if np.isfinite(values[i, j]):
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
                         color="white" if values[i, j] < 0.5 else "black")
-    ax.set_xticks(range(len(metrics)), [m.replace("_", " ") for m in metrics], rotation=30, ha="right")
+    ax.set_xticks(range(len(metrics)), [LABELS.get(m, m.replace("_", " ")) for m in metrics], rotation=30,
+                  ha="right")
     ax.set_yticks(range(len(names)), [f"{n}  [{c['regime']}]" for n, c in zip(names, record["cells"])], fontsize=7)
     ax.set(xlabel="metric (mean over seeds)", ylabel="cell: estimator/clip/agg/filter  [RAGEN-2 regime]")
     fig.colorbar(im, ax=ax, label="mean over seeds (0-1)", fraction=0.05)
@@ -158,4 +165,4 @@ def _effects_panel(ax, effects: list, metric: str) -> None:
            title="marginal effect per dial (one factor at a time)")
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=f"C{i}", alpha=0.7, label=d) for i, d in enumerate(dials)], fontsize=7,
-              loc="lower right", title="dial", title_fontsize=7)
+              loc="best", title="dial", title_fontsize=7)
