@@ -51,7 +51,9 @@ def kwargs(name: str, b, variant: dict) -> dict:
 
 
 def test_every_registered_estimator_has_a_reference():
-    assert set(ESTIMATORS) == set(REFERENCE)
+    """Every estimator toyrl.credit registers (user prototypes, e.g. notebook 10's, register elsewhere)."""
+    builtin = {name for name, est in ESTIMATORS.items() if est.fn.__module__.startswith("toyrl.credit")}
+    assert len(builtin) >= 24 and builtin == set(REFERENCE)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
