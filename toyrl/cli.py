@@ -215,7 +215,7 @@ def cmd_reproduce(args) -> int:
         return 0
     return run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
                       workers=args.workers, out_dir=args.out_dir, update_readme=not args.no_readme,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, backend=args.backend, address=args.ray_address)
 
 
 # notebook data: NAME -> module whose precompute(out_dir=None) writes data/runs/NAME/
@@ -264,6 +264,7 @@ def add_reproduce(sub) -> None:
     r.add_argument("--no-readme", action="store_true", help="do not regenerate the README claims table")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--redraw", action="store_true", help="redraw the figures from the stored series (no runs)")
+    add_backend_flags(r)
     r.set_defaults(func=cmd_reproduce)
 
 

@@ -14,7 +14,7 @@ present. Verdicts are computed, never edited.
 
 Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability`` and ``credit`` (the claims),
 ``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict), ``report`` (JSON,
-series, figures, README), ``pool`` (process pool with a progress bar).
+series, figures, README). Runs go through ``toyrl.parallel.iter_tasks`` (a spawn pool or Ray).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 from . import report
 from .credit import CREDIT_CLAIMS
 from .offpolicy import OFFPOLICY_CLAIMS
-from .pool import run_tasks
+from ..parallel import iter_tasks
 from .report import claims_table, load_series, write_figure, write_json, write_series
 from .spec import Claim, Test, run_job, train_seed
 from .stability import STABILITY_CLAIMS
@@ -149,11 +149,12 @@ def _usage(names, seeds: int) -> Optional[str]:
 
 
 def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_seed: int = 0, quick: bool = False,
-               workers: int = 2, out_dir=None, update_readme: bool = True, readme=None, progress: bool = True) -> int:
+               workers: int = 2, out_dir=None, update_readme: bool = True, readme=None, progress: bool = True,
+               backend: str = "process", address: Optional[str] = None) -> int:
     """Run the named claims (all if empty) on seeds first_seed .. first_seed + seeds - 1; returns the exit code.
 
     Unknown names (or seeds < 1) print one line to stderr and return 2. ``readme`` defaults to the
-    checkout's README.md.
+    checkout's README.md; ``backend`` / ``address``: those of ``toyrl.parallel.run_tasks``.
     """
     names = list(names or CLAIMS)
     err = _usage(names, seeds)
@@ -172,7 +173,8 @@ def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_
           f"{'quick' if quick else 'full'}, {workers} worker(s) -> {out}/", flush=True)
     todo = {c.name: len(c.arms) * len(seed_list) for c in claims}
     runs = {c.name: {a: {} for a in c.arms} for c in claims}
-    for (name, arm, s, _), res in run_tasks(_execute, jobs, workers=workers, progress=progress, desc="reproduce"):
+    for _, ((name, arm, s, _), res) in iter_tasks(_execute, jobs, workers=workers, backend=backend, progress=progress,
+                                                  address=address, desc="reproduce"):
         runs[name][arm][s] = res
         todo[name] -= 1
         if not todo[name]:

@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -71,15 +72,20 @@ def _curve(series: dict, key: str) -> np.ndarray:
     return np.asarray(series.get(key, []), dtype=float)
 
 
-def seed_band(ax, Y: np.ndarray, x: np.ndarray, color, label: str) -> None:
-    """Mean over seeds with a 95% t band (per x), drawn with one legend entry."""
+def seed_band(ax, Y: np.ndarray, x: np.ndarray, color, label: str, *, kind: str = "t") -> None:
+    """Mean over seeds (rows of Y) with a band per x, one legend entry: kind "t" a 95% t interval of the
+    mean, "range" the min..max over seeds (readable with 3 seeds, where t_{0.975,2} = 4.3)."""
     from scipy import stats as st
     n = np.isfinite(Y).sum(0)
     m = np.nanmean(Y, 0)
-    sd = np.nanstd(Y, 0, ddof=1) if Y.shape[0] > 1 else np.zeros_like(m)
-    half = np.where(n > 1, st.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), 0.0)
-    ax.fill_between(x, m - half, m + half, color=color, alpha=0.2, lw=0)
-    ax.plot(x, m, color=color, lw=1.8, label=f"{label} (mean, 95% band)")
+    if kind == "range":
+        lo, hi, what = np.nanmin(Y, 0), np.nanmax(Y, 0), "min-max over seeds"
+    else:
+        sd = np.nanstd(Y, 0, ddof=1) if Y.shape[0] > 1 else np.zeros_like(m)
+        half = np.where(n > 1, st.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), 0.0)
+        lo, hi, what = m - half, m + half, "95% band"
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+    ax.plot(x, m, color=color, lw=1.8, label=f"{label} (mean, {what})")
 
 
 def _curves(ax, claim, series: dict) -> None:
@@ -107,12 +113,15 @@ LABEL_KEYS = ("size", "map_name", "stages", "slip", "dense", "prompts_per_step",
 """setting fields named in a figure title when the claim's base sets them"""
 
 
-def setting_label(base: dict) -> str:
-    """A short title naming the setting. Example: {"env": "gridworld", "env_kwargs": {"size": 4}, "lr": 0.01}
-    -> "gridworld size=4, lr=0.01"."""
+def setting_label(base: dict, arms: Optional[dict] = None) -> str:
+    """A short title naming the setting (arms that change the env add their env's name).
+
+    Example: {"env": "gridworld", "env_kwargs": {"size": 4}, "lr": 0.01} -> "gridworld size=4, lr=0.01".
+    """
     flat = {**base.get("env_kwargs", {}), **{k: v for k, v in base.items() if k != "env_kwargs"}}
     parts = [f"{k}={flat[k]}" for k in LABEL_KEYS if k in flat]
-    return f"{base.get('env', '?')} " + ", ".join(parts)
+    envs = [base.get("env", "?")] + [a["env"] for a in (arms or {}).values() if "env" in a]
+    return " / ".join(dict.fromkeys(envs)) + " " + ", ".join(parts)
 
 
 def write_figure(path: Path, claim, series: dict, record: dict) -> None:
@@ -140,7 +149,7 @@ def write_figure(path: Path, claim, series: dict, record: dict) -> None:
     bx.legend(fontsize=6, frameon=False)
     n = len(record["seeds"])
     fig.suptitle(f"{claim.name}: {record['verdict']} ({n} seeds{', quick' if record['setting'].get('quick') else ''})"
-                 f"\n{setting_label(claim.base)}", fontsize=8)
+                 f"\n{setting_label(claim.base, claim.arms)}", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
