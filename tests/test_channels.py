@@ -235,3 +235,21 @@ def test_text_codec_has_no_grammar_and_marks_the_user_turn_header():
     ids = torch.tensor([tok.encode("move[up]\nUser: hi")])
     marked = codec.obs_token_mask(ids)[0].tolist()
     assert marked.count(True) == 1 and marked[-5]                       # the word "User" of the header
+
+
+def test_think_min_withholds_end_and_keeps_ratios_exact():
+    codec = ToyCodec(n_think=2, n_actions=3, n_obs=4, think_max=3, think_min=2)   # END 4, r 5-6, act 7-9
+    g = TurnGrammar(codec)
+    assert [torch.nonzero(g.table[k]).flatten().tolist() for k in range(4)] == [[5, 6], [5, 6], [4, 5, 6], [4]]
+    core, codec, policy, tasks, group = toy_setup(think_max=12)
+    codec = ToyCodec.for_core(core, 8, 12, think_min=8)
+    ro = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(5))
+    lengths = [t.gen.index(codec.END) for ep in ro.episodes for t in ep.turns]
+    assert min(lengths) >= 8 and max(lengths) <= 12
+    with torch.no_grad():
+        logp, _ = recompute_logp(policy, ro, "matched")
+    assert (logp - ro.batch.old_logp)[ro.batch.policy_mask].abs().max().item() < 2e-5
+    with pytest.raises(ValueError, match="think_min"):
+        ToyCodec(n_think=2, n_actions=3, n_obs=4, think_max=1, think_min=2)
+    with pytest.raises(ValueError, match="think_min"):
+        Trainer(TrainConfig(think_max=2, think_min=3))

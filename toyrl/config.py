@@ -42,6 +42,8 @@ class TrainConfig:
     think_max: int = 0
     """reasoning tokens a turn may hold before END and its action (toy: a turn is at most think_max + 2
     tokens, 0 = no reasoning; text policies: think_max extra reply tokens for free-text reasoning)"""
+    think_min: int = 0
+    """reasoning tokens a toy turn writes before END may be sampled (LLM-style min_tokens; 0: none)"""
     estimator: str = "grpo"
     """advantage estimator, a name of toyrl.credit.ESTIMATORS"""
     estimator_kwargs: dict = field(default_factory=dict)
@@ -156,13 +158,15 @@ class TrainConfig:
         if self.minibatches > self.group_size * self.prompts_per_step:
             raise ValueError(f"minibatches must be <= the batch size group_size * prompts_per_step = "
                              f"{self.group_size * self.prompts_per_step}, got {self.minibatches}")
-        if self.tti_delta and self.policy not in PRESETS:
-            raise ValueError("tti_delta (the thinking intervention) needs a toy policy preset "
+        if self.think_min > self.think_max:
+            raise ValueError(f"think_min must be <= think_max={self.think_max}, got {self.think_min}")
+        if (self.tti_delta or self.think_min) and self.policy not in PRESETS:
+            raise ValueError("tti_delta and think_min need a toy policy preset "
                              f"({', '.join(PRESETS)}); text policies have no END token")
 
 
 RANGES = (("group_size", 1, 4096), ("prompts_per_step", 1, 4096), ("steps", 0, 10**7), ("ppo_epochs", 1, 1000),
-          ("minibatches", 1, 4096), ("n_think", 1, 256), ("think_max", 0, 256), ("staleness", 0, 1000),
+          ("minibatches", 1, 4096), ("n_think", 1, 256), ("think_max", 0, 256), ("think_min", 0, 256), ("staleness", 0, 1000),
           ("eval_every", 0, 10**7), ("eval_episodes", 1, 65536), ("context_k", 1, 10**4),
           ("tti_delta", 0.0, 10.0), ("tti_window", 1, 256), ("tti_min_think", 0, 256), ("t2po_eta", 0.0, 10.0),
           ("kl_coef", 0.0, 1e6), ("grad_clip", 0.0, 1e9), ("bc_steps", 0, 10**6))

@@ -20,7 +20,8 @@ the turn is: states 0..think_max are "reasoning, k tokens so far", ``ACT`` is "r
 the action is next", ``FORCE`` is "the intervention closes the reasoning now". Each state has a
 set of tokens it may sample (``table``, (S, V) bool). With ``constrain=True`` the sets spell the
 turn format above (reasoning: reasoning tokens or END; after think_max tokens only END; ACT: the
-actions), so every turn is well-formed and no turn is void; with ``constrain=False`` every state allows the whole vocabulary, so the
+actions; ``think_min`` withholds END for the first reasoning tokens, as an LLM's ``min_tokens``
+does), so every turn is well-formed and no turn is void; with ``constrain=False`` every state allows the whole vocabulary, so the
 policy can write observation tokens and malformed turns the way an LLM can. The state of every
 sampled token is recorded, so the trainer scores each token under exactly the distribution that
 sampled it (``TurnGrammar.allowed_at``): the first-epoch on-policy ratio is 1.
@@ -92,17 +93,20 @@ class ToyCodec:
     """size of the env's observation-token vocabulary (``core.obs_vocab_size``)"""
     think_max: int = 0
     """reasoning tokens a turn may hold before END (0: no reasoning, a turn is END + action)"""
+    think_min: int = 0
+    """reasoning tokens before END may be sampled (a sampling constraint, like an LLM's min_tokens)"""
 
     PAD, BOS, EOT, SEP, END = 0, 1, 2, 3, 4
 
     def __post_init__(self):
-        if self.n_think < 1 or self.think_max < 0 or self.n_actions < 1:
-            raise ValueError(f"ToyCodec needs n_think >= 1, think_max >= 0, n_actions >= 1; got n_think="
-                             f"{self.n_think}, think_max={self.think_max}, n_actions={self.n_actions}")
+        if self.n_think < 1 or self.think_max < 0 or self.n_actions < 1 or not 0 <= self.think_min <= self.think_max:
+            raise ValueError(f"ToyCodec needs n_think >= 1, 0 <= think_min <= think_max, n_actions >= 1; got n_think="
+                             f"{self.n_think}, think_min={self.think_min}, think_max={self.think_max}, "
+                             f"n_actions={self.n_actions}")
 
     @classmethod
-    def for_core(cls, core: BatchedCore, n_think: int = 2, think_max: int = 0) -> "ToyCodec":
-        return cls(n_think, core.n_actions, core.obs_vocab_size, think_max)
+    def for_core(cls, core: BatchedCore, n_think: int = 2, think_max: int = 0, think_min: int = 0) -> "ToyCodec":
+        return cls(n_think, core.n_actions, core.obs_vocab_size, think_max, think_min)
 
     think0 = property(lambda self: 5)
     act0 = property(lambda self: 5 + self.n_think)
@@ -200,6 +204,7 @@ class TurnGrammar:
             table[:K, c.think0:c.act0] = True                                  # reasoning tokens while k < think_max
             table[:K + 1, c.END] = True
             table[self.ACT, c.act0:c.obs0] = True
+        table[:codec.think_min, c.END] = False                                 # min_tokens: no END before think_min
         table[self.FORCE] = False
         table[self.FORCE, c.END] = True
         nxt = torch.arange(S)[:, None].repeat(1, V)                            # (S, V) stay by default
@@ -254,7 +259,8 @@ class GrammarRun:
             calm = (u - self.prev_u).abs() < g.tti.delta                       # NaN (first step) -> False
             self.calm = torch.where(reasoning, torch.where(calm, self.calm + 1, 0), self.calm)
             self.prev_u = torch.where(reasoning, u, self.prev_u)
-            cut = reasoning & (self.calm >= g.tti.window) & (nxt >= g.tti.min_think) & (nxt < g.ACT)
+            least = max(g.tti.min_think, g.codec.think_min)
+            cut = reasoning & (self.calm >= g.tti.window) & (nxt >= least) & (nxt < g.ACT)
             nxt = torch.where(cut, torch.full_like(nxt, g.FORCE), nxt)
         self.state = torch.where(live, nxt, self.state)
 

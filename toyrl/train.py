@@ -98,7 +98,8 @@ class Trainer:
         self.env_kwargs = dict(cfg.env_kwargs, **({} if cfg.max_turns is None else {"max_turns": cfg.max_turns}))
         self.core = make_core(cfg.env, self.B, seed=cfg.seed, **self.env_kwargs)
         self.policy, self.codec = build_policy(cfg.policy, self.core, self.device, n_think=cfg.n_think,
-                                               think_max=cfg.think_max, autocast=cfg.autocast)
+                                               think_max=cfg.think_max, think_min=cfg.think_min,
+                                               autocast=cfg.autocast)
         check_context(self.policy, self.codec, self.core, cfg)
         self.sampling = _sampling(cfg, self.gen)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)

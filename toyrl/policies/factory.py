@@ -44,7 +44,7 @@ def is_policy_name(name: str) -> bool:
     return False
 
 
-def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 0, seed=None,
+def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 0, think_min: int = 0, seed=None,
                  autocast: Optional[str] = None, **kw):
     """(policy, codec) for the policy ``name`` playing the env ``core``.
 
@@ -57,7 +57,7 @@ def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 
     from ..toycodec import ToyCodec
     from . import make_policy
     if name in PRESETS:
-        codec = ToyCodec.for_core(core, n_think, think_max)
+        codec = ToyCodec.for_core(core, n_think, think_max, think_min)
         if _dtype(autocast) is not None:
             raise ValueError("autocast applies to the language-model policies (tinylm, hf:PATH), not toy presets")
         max_len = max(PRESETS_MAX_LEN, episode_token_bound(core, codec))        # the context grows with the turns
