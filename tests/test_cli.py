@@ -238,3 +238,14 @@ def test_cli_sweep(tmp_path, capsys):
                      "bandit_chain__rloo__ppo__lr-0.001__seed0.jsonl", "bandit_chain__rloo__ppo__lr-0.01__seed0.jsonl"]
     assert all(len((tmp_path / n).read_text().splitlines()) == 2 for n in names)
     assert "sweep: 4 runs on 1 worker(s)" in capsys.readouterr().out
+
+
+def test_a_run_the_policy_cannot_hold_is_one_line_exit_2(capsys, tmp_path):
+    """Trainer-time checks (an episode longer than TinyLM's 1024-token context) reach the CLI as usage errors."""
+    out = tmp_path / "run.jsonl"
+    assert main(["train", "--policy", "tinylm", "--steps", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "max_len=1024" in err[0] and "think_max=0" in err[0]
+    assert not out.exists()
+    assert main(["sweep", "--policy", "tiny", "tinylm", "--steps", "1", "--out-dir", str(tmp_path / "sw")]) == 2
+    assert not (tmp_path / "sw").exists()

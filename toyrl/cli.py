@@ -112,10 +112,19 @@ def cmd_envs(args) -> int:
     return 0
 
 
+def checked_trainer(cfg, log_path=None):
+    """A Trainer for ``cfg``; a ValueError its construction raises before any rollout (e.g. episodes
+    longer than a text policy's context) becomes a one-line usage error."""
+    from .train import Trainer
+    try:
+        return Trainer(cfg, log_path)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 def cmd_train(args) -> int:
-    from .train import train
     cfg, = configs_from(args)
-    log = train(cfg, args.out)
+    log = checked_trainer(cfg, args.out).run()
     s = summarize(log.rows)
     print(f"{cfg.estimator}/{cfg.clip} on {cfg.env}, {cfg.steps} steps, seed {cfg.seed}: "
           + ", ".join(f"{k}={v:.3f}" for k, v in s.items()) + (f"  -> {args.out}" if args.out else ""))
@@ -149,6 +158,8 @@ def cmd_sweep(args) -> int:
         name = run_name(cfg, swept)
         seen[name] = seen.get(name, -1) + 1                  # equal values twice: name the repeats __1, __2
         jobs.append((cfg, str(out_dir / (name + (f"__{seen[name]}" if seen[name] else "") + ".jsonl"))))
+    for cfg, _ in jobs:                                       # every run can start (before any work)
+        checked_trainer(cfg)
     print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/")
     from .parallel import run_tasks
     results = run_tasks(_sweep_one, jobs, workers=args.workers, backend=args.backend, address=args.ray_address,

@@ -79,9 +79,10 @@ def check_context(policy, codec, core, cfg: TrainConfig) -> None:
     flat = cfg.context == "full" or cfg.recompute == "flat" or not cfg.mask_env_tokens
     need = episode_token_bound(core, codec, None if flat else cfg.context_k + 1)
     if need > max_len:
-        raise ValueError(f"think_max={cfg.think_max}: an episode of {cfg.env} can reach {need} tokens, more than "
-                         f"policy {cfg.policy!r} holds (max_len={max_len}); lower think_max or max_turns, or use "
-                         "context='last_k' with matched recompute")
+        raise ValueError(f"think_max={cfg.think_max}, max_turns={core.max_turns}: an episode of {cfg.env} can reach "
+                         f"{need} tokens (replies of up to {codec.max_new}), more than policy {cfg.policy!r} holds "
+                         f"(max_len={max_len}); lower think_max or max_turns, or use context='last_k' with matched "
+                         "recompute")
 
 
 class Trainer:
