@@ -174,8 +174,7 @@ def to_rollout(episodes: list, codec, device, *, context: str = "full", grammar=
                       group=t(np.array([ep.group for ep in episodes]), torch.long),
                       policy_version=torch.full((B,), policy_version, dtype=torch.long, device=device))
     pm = a["policy_mask"]
-    obs_vocab = codec.obs_token_mask(torch.as_tensor(a["tokens"])).numpy() if hasattr(codec, "obs_token_mask") \
-        else np.zeros_like(pm)
+    obs_vocab = codec.obs_token_mask(torch.as_tensor(a["tokens"])).numpy()      # (B, T) observation vocabulary
     stats = dict(stats or {})
     stats.update({"policy_tokens": int(pm.sum()), "env_tokens": int(a["obs_mask"].sum()),
                   "obs_token_rate": float((obs_vocab & pm).sum() / max(pm.sum(), 1))})

@@ -39,7 +39,8 @@ from .flatten import Rollout, TurnContext, left_pad, recompute_logp, to_rollout
 from .toycodec import ThinkingIntervention, ToyCodec
 
 __all__ = ["ToyCodec", "Turn", "Episode", "Sampling", "TurnContext", "Rollout", "rollout", "play", "play_turn",
-           "to_rollout", "CONTEXTS", "recompute_logp", "left_pad", "build_context", "episode_token_bound"]
+           "to_rollout", "CONTEXTS", "recompute_logp", "left_pad", "build_context", "episode_token_bound",
+           "turn_grammar"]
 
 CONTEXTS = ("full", "last_k", "summary")
 
@@ -165,7 +166,8 @@ def episode_token_bound(core: BatchedCore, codec, turns: Optional[int] = None, p
     return prompt + turns * (codec.max_new + int(np.ceil(1.5 * obs)))
 
 
-def _grammar(codec, s: Sampling, device):
+def turn_grammar(codec, s: Sampling, device):
+    """The codec's turn grammar for sampling ``s`` (None for a codec without one); build it once per rollout."""
     make = getattr(codec, "grammar", None)
     return make(s.constrain, s.tti, device) if make is not None else None
 
@@ -247,15 +249,16 @@ def play_turn(core: BatchedCore, episodes: list, codec, live: np.ndarray, draft:
 
 @torch.no_grad()
 def play(policy, core: BatchedCore, episodes: list, codec, sampling: Optional[Sampling] = None, *,
-         keep_states: bool = False, **sampling_kw) -> dict:
+         keep_states: bool = False, grammar=None, **sampling_kw) -> dict:
     """Play every copy of ``core`` (row i continues ``episodes[i]``) until all are done, appending Turns.
 
     Works from a fresh reset or from a forked mid-episode state. ``sampling`` (or its fields as
     keywords) says how turns are sampled; ``keep_states`` stores each copy's env state before every
-    turn in ``Turn.state`` (for tree branching). Returns token counts.
+    turn in ``Turn.state`` (for tree branching); ``grammar`` is ``turn_grammar(codec, sampling)``,
+    built here when not given. Returns token counts.
     """
     s = sampling if sampling is not None else Sampling(**sampling_kw)
-    grammar = _grammar(codec, s, policy.device)
+    grammar = turn_grammar(codec, s, policy.device) if grammar is None else grammar
     stats = {"tokens_generated": 0, "turns_resampled": 0, "turns_cut": 0, "turns": 0}
     reuse = s.context == "full" and s.t2po_eta <= 0          # KV reuse: the cache holds the whole history
     past = past_rows = None
@@ -291,6 +294,7 @@ def rollout(policy, core: BatchedCore, tasks: np.ndarray, group: np.ndarray, *, 
         raise ValueError(f"tasks and group must have B={B} rows, got {len(tasks)} and {len(group)}")
     core.reset(tasks)
     episodes = [Episode(codec.prompt(core, i), np.asarray(tasks[i]), group=int(group[i])) for i in range(B)]
-    stats = play(policy, core, episodes, codec, s)
-    return to_rollout(episodes, codec, policy.device, context=s.context, grammar=_grammar(codec, s, policy.device),
+    grammar = turn_grammar(codec, s, policy.device)
+    stats = play(policy, core, episodes, codec, s, grammar=grammar)
+    return to_rollout(episodes, codec, policy.device, context=s.context, grammar=grammar,
                       temperature=s.temperature, policy_version=policy_version, stats=stats)

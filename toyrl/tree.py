@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .demos import process_scores
-from .rollout import Episode, Sampling, play, to_rollout
+from .rollout import Episode, Sampling, play, to_rollout, turn_grammar
 
 __all__ = ["STRATEGIES", "tree_rollout", "branch_weights"]
 
@@ -77,6 +77,7 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     s = sampling if sampling is not None else Sampling(**sampling_kw)
+    grammar = turn_grammar(codec, s, policy.device)
     rng = rng or np.random.default_rng(0)
     P = len(tasks)
     M = n_init or max(1, group_size // 2)
@@ -86,7 +87,7 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
     init.reset(init_tasks)
     episodes = [Episode(codec.prompt(init, i), init_tasks[i], group=int(group[i // M])) for i in range(P * M)]
     task_of = [i // M for i in range(P * M)]
-    play(policy, init, episodes, codec, s, keep_states=True)
+    play(policy, init, episodes, codec, s, keep_states=True, grammar=grammar)
     cost = lambda ep, k0=0: sum(len(t.gen) for t in ep.turns[k0:])
     used = np.zeros(P)
     for i, ep in enumerate(episodes):
@@ -110,12 +111,11 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
         if not new_eps:
             break
         sub = core.from_rows(states)
-        play(policy, sub, new_eps, codec, s, keep_states=True)
+        play(policy, sub, new_eps, codec, s, keep_states=True, grammar=grammar)
         for ep, (p, k) in zip(new_eps, new_task):
             used[p] += cost(ep, k)
             task_of.append(p)
         episodes += new_eps
-    grammar = codec.grammar(s.constrain, s.tti, policy.device) if hasattr(codec, "grammar") else None
     ro = to_rollout(episodes, codec, policy.device, context=s.context, grammar=grammar, temperature=s.temperature,
                     policy_version=policy_version,
                     stats={"tokens_generated": int(used.sum()), "token_budget": int(budget.sum()),
