@@ -23,7 +23,7 @@ import copy
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -125,8 +125,7 @@ class Trainer:
             return tree_rollout(policy or self.policy, self.core, tasks[::G], group[::G], codec=self.codec,
                                 group_size=G, strategy=cfg.rollout, rng=self.rng, sampling=self.sampling,
                                 policy_version=version, **cfg.tree_kwargs)
-        s = self.sampling if not greedy else Sampling(greedy=True, constrain=cfg.constrain, context=cfg.context,
-                                                      context_k=cfg.context_k, temperature=cfg.temperature)
+        s = self.sampling if not greedy else replace(self.sampling, greedy=True, tti=None, t2po_eta=0.0, generator=None)
         return rollout(policy or self.policy, self.core, tasks, group, codec=self.codec, sampling=s,
                        policy_version=version)
 
@@ -181,7 +180,7 @@ class Trainer:
             except FileNotFoundError:
                 demos = None
         opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.bc_lr, weight_decay=0.0)
-        s = Sampling(constrain=cfg.constrain, context=cfg.context, context_k=cfg.context_k)
+        s = replace(self.sampling, temperature=1.0, tti=None, t2po_eta=0.0, generator=None)    # the expert's turns
         for _ in range(steps):
             if demos:
                 pick = self.rng.choice(len(demos), self.B)
@@ -322,8 +321,7 @@ class Trainer:
             self.eval_set = (core, tasks, torch.Generator(device=self.device).manual_seed(cfg.seed + 7))
         core, tasks, gen = self.eval_set
         self.policy.eval()
-        s = Sampling(temperature=cfg.temperature, greedy=cfg.eval_greedy, constrain=cfg.constrain,
-                     context=cfg.context, context_k=cfg.context_k, generator=gen)
+        s = replace(self.sampling, greedy=cfg.eval_greedy, tti=None, t2po_eta=0.0, generator=gen)
         ro = rollout(self.policy, core, tasks, np.arange(len(tasks)), codec=self.codec, sampling=s)
         return {"eval_success_rate": ro.success.float().mean().item(),
                 "eval_return": ro.batch.outcome().mean().item(),
