@@ -6,24 +6,55 @@ log into scalar metrics, and ``Test``s: an effect (one arm's metric, or the pair
 two arms) that must lie on a claimed side of a threshold. A claim whose experiment is a
 measurement rather than training sets ``measure`` instead (a function of seed and quick).
 
+The words of a claim (its sentence, source, metric, mechanism, faithfulness note, what a
+reproduction would need, notes and the number of settings tried) live in ``claims.toml`` beside
+this module, one table per claim; ``about(name)`` reads them into the ``Claim`` of that name, so
+the Python modules hold the designs and the TOML file the prose.
+
 Runs are plain data: ``run_job(job)`` takes (config dict, trainer seed, probe name) and returns the
 series of the run log, so two claims that need the same run share it.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
-__all__ = ["Test", "Claim", "run_job", "train_seed", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc",
+if sys.version_info >= (3, 11):
+    import tomllib
+else:                                                     # Python 3.10: the same parser, as a package
+    import tomli as tomllib
+
+__all__ = ["Test", "Claim", "about", "run_job", "train_seed", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc",
            "success_metrics", "peak_drop", "collapse_times", "log10_grad", "tokens_per_episode"]
 
 SERIES_KEYS = ("reward_mean", "reward_std", "success_rate", "grad_norm", "turns_per_episode", "tokens_generated",
                "batch_size", "void_turn_rate", "void_traj_rate", "clip_frac", "ratio_max", "kept_frac", "entropy",
                "zero_var_frac", "template_mi", "obs_token_rate", "format_valid_rate", "eval_success_rate")
 """run-log columns kept for every run (metrics and figures read only these)"""
+
+
+WORDS = Path(__file__).with_name("claims.toml")
+"""the prose of every claim, one TOML table per claim name"""
+
+
+@lru_cache(maxsize=None)
+def _words() -> dict:
+    with open(WORDS, "rb") as f:
+        return tomllib.load(f)
+
+
+def about(name: str) -> dict:
+    """The words of claim ``name`` from ``claims.toml``: Claim fields claim, source, metric, mechanism,
+    faithfulness, needed, notes, settings_tried. Raises KeyError naming the file if it has no table."""
+    if name not in _words():
+        raise KeyError(f"claim {name!r} has no [{name}] table in {WORDS}")
+    return dict(_words()[name])
 
 
 @dataclass
@@ -146,7 +177,7 @@ def run_job(job: tuple) -> dict:
             for k, v in PROBES[probe](tr).items():
                 probes.setdefault(k, []).append(v)
         tr.step()
-    series = {k: tr.log.column(k).tolist() for k in SERIES_KEYS}
+    series = {k: tr.log.column(k, strict=False).tolist() for k in SERIES_KEYS}
     series.update({f"probe_{k}": v for k, v in probes.items()})
     series["time_s"] = time.perf_counter() - t0
     series["cpu_s"] = time.process_time() - c0

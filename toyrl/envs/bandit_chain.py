@@ -54,14 +54,11 @@ class BanditCore(BatchedCore):
         if not (good.reshape(-1, self.K, self.M).sum(2) >= 1).all():
             raise ValueError("tasks: every stage needs at least one good arm (a 1 in each row of M)")
         N = self.num_envs
-        self.state = {
-            "good": good.copy(),                                    # (N, K*M)
-            "layout_hash": mix64(*good.T),                          # (N,)
-            "stage": np.zeros(N, np.int64),
-            "turn": np.zeros(N, np.int64),
-            "done": np.zeros(N, bool),
-            "last": np.full(N, 3, np.int64),                       # feedback: 0 right, 1 wrong, 2 void, 3 none
-        }
+        self.state = self.episode_state(
+            good=good.copy(),                                       # (N, K*M)
+            layout_hash=mix64(*good.T),                             # (N,)
+            stage=np.zeros(N, np.int64),
+            last=np.full(N, 3, np.int64))                           # feedback: 0 right, 1 wrong, 2 void, 3 none
         return self.obs()
 
     def step(self, actions):
@@ -78,13 +75,11 @@ class BanditCore(BatchedCore):
             new_stage = np.where(wrong, 0, new_stage)
         st["stage"] = new_stage
         st["last"] = np.where(void, 2, np.where(right, 0, 1)) * live + 3 * ~live
-        st["turn"] = st["turn"] + live
         success = live & (new_stage >= self.K)
         terminated = success | (wrong if self.on_wrong == "end" else np.zeros(N, bool))
-        truncated = live & ~terminated & (st["turn"] >= self.max_turns)
+        truncated = self.end_turn(live, terminated)
         reward = (right / self.K) if self.dense else success.astype(np.float64)
         reward = reward - self.void_penalty * void
-        st["done"] = st["done"] | terminated | truncated
         return self.obs(), reward, terminated, truncated, {"void": void, "success": success, "right": right}
 
     def obs(self) -> np.ndarray:

@@ -82,6 +82,24 @@ class BatchedCore:
         self.np_random = np.random.default_rng(seed)
         self.state: dict[str, np.ndarray] = {}
 
+    # ---- the episode clock every env keeps: state["turn"], state["done"] ----------------------
+    def episode_state(self, **arrays: np.ndarray) -> dict:
+        """The state of N fresh episodes: the env's own ``arrays`` plus the clock (turn 0, not done)."""
+        N = self.num_envs
+        return {**arrays, "turn": np.zeros(N, np.int64), "done": np.zeros(N, bool)}
+
+    def end_turn(self, live: np.ndarray, terminated: np.ndarray) -> np.ndarray:
+        """Count a turn for the ``live`` copies and close finished episodes; returns ``truncated``.
+
+        truncated = live and not terminated and turn >= max_turns; done |= terminated | truncated.
+        Example: live [T, T, F], terminated [T, F, F], turns [0, 4, 5] -> 5, max_turns 5 -> truncated [F, T, F].
+        """
+        st = self.state
+        st["turn"] = st["turn"] + live
+        truncated = live & ~terminated & (st["turn"] >= self.max_turns)
+        st["done"] = st["done"] | terminated | truncated
+        return truncated
+
     # ---- to implement ------------------------------------------------------------------------
     def sample_tasks(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw n tasks (n, task_dim) int64 from ``rng``."""

@@ -114,13 +114,10 @@ class GridCore(BatchedCore):
         if not ((tiles == START).sum(1) == 1).all() or not ((tiles == GOAL).sum(1) == 1).all():
             raise ValueError("tasks: every map needs exactly one S (3) and one G (2) tile")
         N = self.num_envs
-        self.state = {
-            "tiles": tiles.copy(),                                        # (N, n*n)
-            "map_hash": mix64(*tiles.T),                                  # (N,)
-            "pos": np.argmax(tiles == START, 1).astype(np.int64),         # (N,)
-            "turn": np.zeros(N, np.int64),
-            "done": np.zeros(N, bool),
-        }
+        self.state = self.episode_state(
+            tiles=tiles.copy(),                                           # (N, n*n)
+            map_hash=mix64(*tiles.T),                                     # (N,)
+            pos=np.argmax(tiles == START, 1).astype(np.int64))            # (N,)
         return self.obs()
 
     def step(self, actions):
@@ -136,13 +133,11 @@ class GridCore(BatchedCore):
         new = np.where(live, new, st["pos"])
         tile = st["tiles"][np.arange(N), new]
         st["pos"] = new
-        st["turn"] = st["turn"] + live
         goal = live & (tile == GOAL)
         terminated = live & ((tile == GOAL) | (tile == HOLE))
-        truncated = live & ~terminated & (st["turn"] >= self.max_turns)
+        truncated = self.end_turn(live, terminated)
         void = live & (a == VOID)
         reward = goal.astype(np.float64) - self.void_penalty * void
-        st["done"] = st["done"] | terminated | truncated
         info = {"void": void, "success": goal}
         return self.obs(), reward, terminated, truncated, info
 

@@ -122,17 +122,14 @@ class SearchCore(SearchTokenView, BatchedCore):
         if qid.min() < 0 or qid.max() >= self.n_questions:
             raise ValueError(f"tasks must be question ids in [0, {self.n_questions}), got {qid}")
         N, E, K = self.num_envs, self.n_entities, self.noise_sentences
-        self.state = {
-            "qid": qid.copy(),                                   # (N,)
-            "seen": np.zeros((N, E), bool),                      # (N, E) entities retrieved so far
-            "last": np.full(N, -1, np.int64),                    # entity of the shown result
-            "noise": np.full((N, K), -1, np.int64),              # (N, K) distractor sentence ids, -1 unused
-            "noise_pos": np.zeros((N, K), np.int64),             # (N, K) inserted before doc sentence j
-            "answered": np.full(N, -1, np.int64),
-            "last_void": np.zeros(N, bool),
-            "turn": np.zeros(N, np.int64),
-            "done": np.zeros(N, bool),
-        }
+        self.state = self.episode_state(
+            qid=qid.copy(),                                      # (N,)
+            seen=np.zeros((N, E), bool),                         # (N, E) entities retrieved so far
+            last=np.full(N, -1, np.int64),                       # entity of the shown result
+            noise=np.full((N, K), -1, np.int64),                 # (N, K) distractor sentence ids, -1 unused
+            noise_pos=np.zeros((N, K), np.int64),                # (N, K) inserted before doc sentence j
+            answered=np.full(N, -1, np.int64),
+            last_void=np.zeros(N, bool))
         return self.obs()
 
     def step(self, actions):
@@ -154,12 +151,10 @@ class SearchCore(SearchTokenView, BatchedCore):
         st["noise_pos"] = np.where(search[:, None], pos, st["noise_pos"])
         st["answered"] = np.where(answer, a - E, st["answered"])
         st["last_void"] = np.where(live, void, st["last_void"])
-        st["turn"] = st["turn"] + live
         truth = self.q_answer[st["qid"]]                                               # (N,)
         success = answer & (a - E == truth)
         terminated = answer
-        truncated = live & ~terminated & (st["turn"] >= self.max_turns)
-        st["done"] = st["done"] | terminated | truncated
+        truncated = self.end_turn(live, terminated)
         reward = success.astype(np.float64) - self.search_cost * search - self.void_penalty * void
         progress = self.hop_progress()
         info = {"void": void, "success": success, "searched": search,
