@@ -2,6 +2,7 @@
 
     toyrl bench credit            # B = 8192 rollouts x H = 16 turns; token case ~1M tokens
     toyrl bench credit --quick    # B = 1024 x H = 8; token case ~130k tokens
+    toyrl bench credit --trainer  # the trainer's size: B = 64 x H = 16; token case 64 x 16 turns x 4 tokens
     toyrl bench credit --reps 20 --only gigpo gigpo:dense gae   # on a busy machine: more reps
 
 One thread by default (``torch.set_num_threads``; the loop references are single-threaded,
@@ -223,6 +224,7 @@ def extras(rows: list, tok_b: TurnBatch, a) -> None:
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(prog="toyrl bench credit", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller sizes (B=1024, H=8)")
+    p.add_argument("--trainer", action="store_true", help="the trainer's batch size (B=64, H=16, 4 tokens a turn)")
     p.add_argument("--device", default="cpu", help="torch device for the vectorized estimators")
     p.add_argument("--reps", type=int, default=10, help="timed repetitions of each vectorized call per round")
     p.add_argument("--rounds", type=int, default=5,
@@ -238,8 +240,8 @@ def main(argv=None) -> list[dict]:
     if unknown:
         p.error(f"unknown estimator {unknown[0]!r}; valid: {', '.join(sorted(ESTIMATORS))}, gigpo:dense")
     torch.set_num_threads(a.threads)
-    B, H = (1024, 8) if a.quick else (8192, 16)
-    Bt, Tt = (256, 16) if a.quick else (1024, 64)                                  # token case: Bt x H*Tt tokens
+    B, H = (64, 16) if a.trainer else (1024, 8) if a.quick else (8192, 16)
+    Bt, Tt = (64, 4) if a.trainer else (256, 16) if a.quick else (1024, 64)        # token case: Bt x 16*Tt tokens
     turn_b = make_batch(B, H, T_turn=2, states=a.states, device=a.device)
     dense_b = make_batch(B, H, T_turn=2, states=a.states, dense_keys=True, device=a.device)
     tok_b = make_batch(Bt, 16, T_turn=Tt, device=a.device)
