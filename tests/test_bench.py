@@ -34,4 +34,21 @@ def test_train_bench_reports_ratios(capsys):
     m = out[2]
     assert m["per_turn"] >= 1 and m["gen_over_fwd"] > 0 and m["step_over_fb"] >= 1
     assert m["projected_200"] == pytest.approx(200 * m["step"])
+    assert 0 < m["model"] < m["gen"] and m["model_over_fwd"] == pytest.approx(m["model"] / m["fwd"])
+    assert m["calls"] > 16                          # one prefill per turn plus the decode steps
     assert "gen/fwd" in capsys.readouterr().out
+
+
+def test_trunk_timer_counts_and_restores():
+    import torch
+    from toyrl.bench.train import TrunkTimer
+    from toyrl.policies.toy import PRESETS, ToyTransformer, ToyTransformerConfig
+    pol = ToyTransformer(ToyTransformerConfig(vocab_size=12, max_len=16, **PRESETS["tiny"]))
+    x, m = torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool)
+    with TrunkTimer(pol) as t:
+        pol(x, m)
+        pol(x, m)
+    assert t.calls == 2 and t.seconds > 0
+    assert "_trunk" not in vars(pol)                 # the method is back
+    pol(x, m)
+    assert t.calls == 2
