@@ -10,6 +10,8 @@ Helpers (plain functions: ``from conftest import random_batch``):
 - ``fake_sweep``: a sweep (arm -> key -> (S, N) curves) of random numbers in [0, 1);
 - ``line_data``, ``bar_heights``, ``image_data``: what an Axes draws, to assert on the data a panel shows;
 - ``assert_curves_drawn``: an Axes draws exactly the curves of ``toyrl.viz.prototype.arm_curves``;
+- ``assert_figure_standard``: a title naming the setting, labelled axes, every band in a legend, and
+  ``assert_no_overlap``: no two drawn labels overlap and none leaves the figure;
 - ``NoCache``: a policy that re-reads its whole context every turn (the reference for KV reuse).
 """
 from __future__ import annotations
@@ -109,6 +111,87 @@ def assert_curves_drawn(ax, curves: dict) -> None:
     for name, c in curves.items():
         np.testing.assert_allclose(drawn[name][0], c["x"])
         np.testing.assert_allclose(drawn[name][1], c["mean"])
+
+
+def _shown_ticklabels(axis, lo, hi) -> list:
+    """The tick labels ``axis`` draws: non-empty, visible, at a position inside the view (lo..hi)."""
+    out = []
+    for minor in (False, True):
+        for t in axis.get_ticklabels(minor=minor):
+            pos = t.get_position()[0 if axis.axis_name == "x" else 1]
+            if t.get_visible() and t.get_text() and min(lo, hi) <= pos <= max(lo, hi):
+                out.append(t)
+    return out
+
+
+def figure_texts(fig) -> list:
+    """(where, Text) of every label a reader sees: suptitle, figure texts, and per visible axes its titles,
+    axis labels, drawn tick labels and legend texts."""
+    items = [("suptitle", fig._suptitle)] if fig._suptitle is not None else []
+    items += [("figure text", t) for t in fig.texts if t is not fig._suptitle]
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible() or not ax.axison:
+            continue
+        items += [(f"axes {i} title", t) for t in (ax.title, ax._left_title, ax._right_title)]
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_visible():
+                items.append((f"axes {i} {axis.axis_name}label", axis.label))
+                items += [(f"axes {i} {axis.axis_name} tick", t) for t in _shown_ticklabels(axis, lo, hi)]
+        if ax.get_legend() is not None:
+            items += [(f"axes {i} legend", t) for t in ax.get_legend().get_texts()]
+    return [(w, t) for w, t in items if t.get_visible() and t.get_text().strip()]
+
+
+def assert_no_overlap(fig, pad: float = 1.0) -> None:
+    """No two labels of ``fig`` overlap (bounding boxes after ``fig.canvas.draw()``, shrunk by ``pad`` px) and
+    every label lies inside the figure. The same text at the same place twice (a twin axis repeating a
+    tick) counts once."""
+    if not hasattr(fig.canvas, "get_renderer"):                                # a closed figure: draw it with Agg
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    boxes = []
+    for where, t in figure_texts(fig):
+        b = t.get_window_extent(r)
+        boxes.append((where, t.get_text(), b.x0 + pad, b.y0 + pad, b.x1 - pad, b.y1 - pad))
+    W, H = fig.bbox.width, fig.bbox.height
+    out = [(w, s) for w, s, x0, y0, x1, y1 in boxes if x0 < -pad or y0 < -pad or x1 > W + pad or y1 > H + pad]
+    assert not out, f"labels outside the figure: {out}"
+    for i, (w1, s1, *a) in enumerate(boxes):
+        for w2, s2, *b in boxes[i + 1:]:
+            if s1 == s2 and np.allclose(a, b):
+                continue
+            hit = a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+            assert not hit, f"{w1} {s1!r} overlaps {w2} {s2!r}"
+
+
+def assert_figure_standard(fig, *setting: str) -> None:
+    """The figure standard: a title (suptitle or every axes title) that names each word of ``setting``; every
+    visible axis labelled (colorbars aside); every band (a PolyCollection, ``fill_between``) labelled and its
+    label in a legend of its axes; and ``assert_no_overlap``."""
+    from matplotlib.collections import PolyCollection
+    titles = ([fig._suptitle.get_text()] if fig._suptitle is not None else []) + \
+        [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    title = " ".join(titles)
+    assert title.strip(), "the figure has no title"
+    for word in setting:
+        assert word in title, f"the title {title!r} does not name {word!r}"
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible() or not ax.axison or ax.get_label() == "<colorbar>":
+            continue
+        if ax.xaxis.get_visible():
+            assert ax.get_xlabel().strip(), f"axes {i} ({ax.get_title()!r}) has no x label"
+        if ax.yaxis.get_visible():
+            assert ax.get_ylabel().strip(), f"axes {i} ({ax.get_title()!r}) has no y label"
+        bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        if bands:
+            legends = [a.get_legend() for a in fig.axes if a.get_legend() is not None] + list(fig.legends)
+            texts = {t.get_text() for leg in legends for t in leg.get_texts()}
+            for c in bands:
+                assert not c.get_label().startswith("_"), f"axes {i}: a band without a label"
+                assert c.get_label() in texts, f"axes {i}: band {c.get_label()!r} is not in a legend"
+    assert_no_overlap(fig)
 
 
 class NoCache:

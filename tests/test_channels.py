@@ -180,7 +180,7 @@ def test_bad_channel_settings_raise_before_any_rollout(field, value, match):
 
 def test_text_policy_reasoning_budget_is_checked():
     with pytest.raises(ValueError, match="think_max=64"):
-        Trainer(TrainConfig(policy="tinylm", env="gridworld", env_kwargs=GRID16, think_max=64))
+        Trainer(TrainConfig(policy="tinylm", env="gridworld", env_kwargs=GRID16, think_max=64, context="full"))
     tr = Trainer(TrainConfig(policy="tinylm", env="gridworld", env_kwargs=GRID16, think_max=64, context="last_k",
                              context_k=1))
     assert tr.codec.max_new == 8 + 64

@@ -213,14 +213,15 @@ def test_cli_train_writes_log(tmp_path, capsys):
     assert main(["train", "--env", "gridworld", "--env-kw", 'map_name="4x4"', "--estimator", "gigpo", "--clip",
                  "turn_ppo", "--steps", "3", "--seed", "1", "--out", str(out), "--prompts", "2", "--group-size", "4",
                  "--ppo-epochs", "2", "--no-progress"]) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    head, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert head["config"]["estimator"] == "gigpo" and head["config"]["seed"] == 1
     assert len(rows) == 3 and all(k in rows[0] for k in REQUIRED)
     assert "gigpo/turn_ppo on gridworld, 3 steps, seed 1" in capsys.readouterr().out
 
 
 def test_sweep_runs_the_product_of_any_fields():
     cfgs = configs_from(build_parser().parse_args(
-        ["sweep", "--estimator", "grpo", "gigpo", "--seed", "0", "1", "--est-kw", "gamma=0.9", "gamma=1.0",
+        ["sweep", "--estimator", "rtpo", "gigpo", "--seed", "0", "1", "--est-kw", "gamma=0.9", "gamma=1.0",
          "--filters", "none", "starpo_s,void_turn", "--mask-env-tokens", "--no-mask-env-tokens", "--lr", "0.01"]),
         multi=True, progress=False)
     assert len(cfgs) == 2 * 2 * 2 * 2 * 2
@@ -236,16 +237,18 @@ def test_cli_sweep(tmp_path, capsys):
     names = sorted(p.name for p in tmp_path.glob("*.jsonl"))
     assert names == ["bandit_chain__grpo__ppo__lr-0.001__seed0.jsonl", "bandit_chain__grpo__ppo__lr-0.01__seed0.jsonl",
                      "bandit_chain__rloo__ppo__lr-0.001__seed0.jsonl", "bandit_chain__rloo__ppo__lr-0.01__seed0.jsonl"]
-    assert all(len((tmp_path / n).read_text().splitlines()) == 2 for n in names)
+    assert all(len((tmp_path / n).read_text().splitlines()) == 1 + 2 for n in names)      # the header, 2 rows
     assert "sweep: 4 runs on 1 worker(s)" in capsys.readouterr().out
 
 
 def test_a_run_the_policy_cannot_hold_is_one_line_exit_2(capsys, tmp_path):
-    """Trainer-time checks (an episode longer than TinyLM's 1024-token context) reach the CLI as usage errors."""
+    """Trainer-time checks (a full-context episode longer than TinyLM's 1024 positions) reach the CLI as usage
+    errors."""
     out = tmp_path / "run.jsonl"
-    assert main(["train", "--policy", "tinylm", "--steps", "1", "--out", str(out)]) == 2
+    assert main(["train", "--policy", "tinylm", "--context", "full", "--steps", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "max_len=1024" in err[0] and "think_max=0" in err[0]
     assert not out.exists()
-    assert main(["sweep", "--policy", "tiny", "tinylm", "--steps", "1", "--out-dir", str(tmp_path / "sw")]) == 2
+    assert main(["sweep", "--policy", "tiny", "tinylm", "--context", "full", "--steps", "1", "--out-dir",
+                 str(tmp_path / "sw")]) == 2
     assert not (tmp_path / "sw").exists()

@@ -42,11 +42,12 @@ def test_cli_rejects_an_unknown_backend(capsys):
 
 
 def _logs(d):
-    """Every run log of a sweep directory, timing fields dropped (they are the only ones allowed to differ)."""
+    """Every run log of a sweep directory (header first), timing fields and the header's start time dropped (they
+    are the only ones allowed to differ)."""
     out = {}
     for p in sorted(d.glob("*.jsonl")):
         rows = [json.loads(line) for line in p.read_text().splitlines()]
-        out[p.name] = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
+        out[p.name] = [{k: v for k, v in r.items() if not k.startswith("time_") and k != "started"} for r in rows]
     return out
 
 
@@ -71,7 +72,7 @@ def test_ray_sweep_matches_the_process_pool(tmp_path, capsys, local_ray):
     printed = capsys.readouterr().out
     assert "backend ray" in printed and "backend process" in printed
     a, b = _logs(tmp_path / "process"), _logs(tmp_path / "ray")
-    assert len(a) == 2 and all(len(rows) == 3 for rows in a.values())
+    assert len(a) == 2 and all(len(rows) == 1 + 3 for rows in a.values())         # the header, 3 rows
     assert a == b                                       # same jobs, same seeds: the same logs, row for row
     assert a["bandit_chain__grpo__ppo__seed3.jsonl"] != a["bandit_chain__rloo__ppo__seed3.jsonl"]
 

@@ -10,7 +10,7 @@ from toyrl.cli import main as cli_main
 from toyrl.envs import make_core
 from toyrl.envs.core import VOID
 from toyrl.policies import TinyLM
-from toyrl.policies.factory import build_policy, is_policy_name, policy_names
+from toyrl.policies.factory import build_policy, check_policy_name, is_policy_name, policy_names
 from toyrl.policies.tinylm import DEFAULT_CHECKPOINT, bc_examples, build_tokenizer, greedy_success, pretrain
 from toyrl.rollout import recompute_logp, rollout
 from toyrl.textcodec import (TextCodec, WordTokenizer, compact_text, repetition_rate, text_template_stats)
@@ -103,6 +103,10 @@ def test_policy_names_and_factory(tmp_path):
     assert {"tinylm", "tinylm:scratch", "tinylm:PATH", "hf:PATH"} <= set(policy_names())
     assert is_policy_name("tinylm") and is_policy_name("tinylm:scratch")
     assert not is_policy_name("tinylm:" + str(tmp_path / "nope.pt")) and not is_policy_name("gpt")
+    with pytest.raises(ValueError, match=r"^policy 'tinylm:.*nope.pt': path .*nope.pt does not exist$"):
+        check_policy_name("tinylm:" + str(tmp_path / "nope.pt"))
+    with pytest.raises(ValueError, match=r"^policy 'tinylm:.*': path .* is a directory, not a TinyLM checkpoint"):
+        check_policy_name(f"tinylm:{tmp_path}")
     core = _grid(2)
     policy, codec = build_policy("tinylm:scratch", core, "cpu", seed=0)
     assert isinstance(codec, TextCodec) and policy.vocab_size == codec.size
@@ -122,12 +126,14 @@ def test_pretrain_lowers_the_loss_and_cli(tmp_path):
     from toyrl.policies.tinylm import main
     assert main(["--steps", "2", "--batch-size", "4", "--no-eval", "--out", str(tmp_path / "c.pt")]) == 0
     assert is_policy_name(f"tinylm:{tmp_path / 'c.pt'}")
+    assert TinyLM.load(tmp_path / "c.pt").trained_context == ("last_k", 1)          # what its BC data read
 
 
 def test_shipped_checkpoint():
     assert DEFAULT_CHECKPOINT.exists() and DEFAULT_CHECKPOINT.stat().st_size < 3e6
     model = TinyLM.load()
     assert model.meta["steps"] > 0 and "command" in model.meta
+    assert model.trained_context == ("last_k", 1)                # bc_examples' context: the prompt and the last turn
     # BC alone gets the reply format right on unseen random 4x4 maps
     assert greedy_success(model, "gridworld", {"size": 4, "max_turns": 10}, n=32) >= 0.3
 
@@ -137,6 +143,24 @@ def test_reply_panel_over_the_slider(temperature):
     from toyrl.policies.tinylm import reply_panel
     r = reply_panel(temperature, n=4)
     assert 0 <= r["void_rate"] <= 1 and 0 <= r["success"] <= 1 and all(isinstance(t, str) for t in r["replies"])
+
+
+def test_a_run_reads_the_context_the_checkpoint_was_trained_with():
+    """TrainConfig(context=None), the default: a TinyLM checkpoint's own context (the shipped one: last_k,
+    one turn); an explicit context wins; a checkpoint that records none (scratch) reads full. The
+    shipped checkpoint under the full context it never saw writes mostly void replies."""
+    kw = dict(env="gridworld", env_kwargs={"map_name": "4x4"}, max_turns=8, group_size=4, prompts_per_step=2,
+              progress=False)
+    cfg = TrainConfig(policy="tinylm", **kw)
+    tr = Trainer(cfg)
+    assert (tr.cfg.context, tr.cfg.context_k, tr.sampling.context, tr.log.config["context"]) == ("last_k", 1, "last_k",
+                                                                                                "last_k")
+    assert cfg.context is None                                   # the caller's config is left as it was
+    full = Trainer(TrainConfig(policy="tinylm", context="full", **kw))
+    assert (full.cfg.context, full.cfg.context_k) == ("full", 2)
+    assert Trainer(TrainConfig(policy="tinylm:scratch", **kw)).cfg.context == "full"
+    void = [float(b.void_turn[b.turn_mask].float().mean()) for b in (tr.sample().batch, full.sample().batch)]
+    assert void[0] < 0.1 and void[1] > 0.3                       # measured 0.00 and 0.75 (64 episodes, 10 turns)
 
 
 def test_cli_train_tinylm(tmp_path):

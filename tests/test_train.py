@@ -35,7 +35,8 @@ def test_log_rows_have_required_keys_and_same_seed_same_log(tmp_path):
             assert k in r, k
     on_disk = RunLog.load(tmp_path / "a.jsonl")
     assert strip(on_disk.rows) == strip(a.rows)
-    assert len(open(tmp_path / "a.jsonl").read().splitlines()) == 3
+    assert len(open(tmp_path / "a.jsonl").read().splitlines()) == 1 + 3          # the header, then a row per step
+    assert on_disk.config == a.config and on_disk.config["seed"] == 3
     df = a.to_pandas()
     assert list(df["step"]) == [0, 1, 2]
 

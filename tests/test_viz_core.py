@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import bar_heights, image_data, line_data
+from conftest import assert_figure_standard, assert_no_overlap, bar_heights, image_data, line_data
 
 from toyrl.credit import ESTIMATORS
 from toyrl.viz import credit, echo, plots, ratios, trajectory
@@ -27,6 +27,35 @@ def test_smooth_and_log_columns():
     np.testing.assert_allclose(raw.get_ydata(), np.arange(5.0))
     np.testing.assert_allclose(smoothed.get_ydata(), plots.smooth(np.arange(5.0), 2))
     assert list(line_data(ax)) == ["x (step 2)"] and ax.get_title() == "a"   # y: None is not marked
+    assert plots.label("success_rate") == "success rate" and plots.label("tokens_generated") == "tokens generated per step"
+
+
+def test_legend_pairs_a_line_with_its_band():
+    fig, axes = plots.new_figure(layout="constrained")
+    ax = axes[0, 0]
+    ax.plot([0, 1], [0, 1], label="a")
+    ax.fill_between([0, 1], [0, 0], [1, 1], label="a")
+    ax.plot([0, 1], [1, 0], label="b")
+    tw = ax.twinx()
+    tw.bar([0, 1], [1, 2], label="c")
+    tw.set_ylabel("c")
+    leg = plots.legend(ax, tw)
+    assert [t.get_text() for t in leg.get_texts()] == ["a", "b", "c"]   # the band shares the line's entry
+    ax.set(title="t", xlabel="x", ylabel="y")
+    assert_figure_standard(fig, "t")
+
+
+def test_compare_runs_labels_every_panel():
+    logs = {"bc": [{"success_rate": 0.1 * i, "grad_norm": 1.0} for i in range(6)],
+            "scratch": [{"success_rate": 0.0, "grad_norm": None} for _ in range(6)]}
+    fig = plots.compare_runs(logs, ["success_rate", "grad_norm"], title="GridWorld 4x4, seed 0",
+                             labels={"bc": "BC checkpoint"})
+    left, right = fig.axes
+    assert [a.get_title() for a in fig.axes] == ["success rate", "gradient norm"]
+    assert list(line_data(left)) == ["BC checkpoint", "scratch"]
+    np.testing.assert_allclose(line_data(left)["BC checkpoint"][1], 0.1 * np.arange(6))
+    assert np.isnan(line_data(right)["scratch"][1]).all()
+    assert_figure_standard(fig, "GridWorld 4x4", "seed 0")
 
 
 # ---- trajectory (notebook 00) --------------------------------------------------------------------
@@ -77,7 +106,9 @@ def test_plot_training_on_rows():
              "turns_per_episode": 4.0, "void_turn_rate": 0.0} for i in range(8)]
     axes = trajectory.plot_training(rows).axes
     keys = ("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode", "void_turn_rate")
-    assert [ax.get_title() for ax in axes] == list(keys)
+    assert [ax.get_title() for ax in axes] == [plots.label(k) for k in keys]
+    assert [ax.get_ylabel() for ax in axes] == [plots.label(k) for k in keys]
+    assert_no_overlap(axes[0].figure)
     for ax, k in zip(axes, keys):
         raw = ax.get_lines()[0]
         np.testing.assert_allclose(raw.get_xdata(), np.arange(8))
@@ -174,6 +205,25 @@ def test_shipped_echo_runs_support_the_notebook():
         assert "config" in json.loads(f.readline())
 
 
+def test_echo_setting_is_the_ledgers_and_the_stored_runs():
+    """One copy of the collapse setting (claims.stability.COLLAPSE_BASE), with the values the stored runs record."""
+    from toyrl.claims import CLAIMS
+    from toyrl.claims.stability import COLLAPSE_BASE
+    assert echo.ECHO_BASE == {**COLLAPSE_BASE, "steps": 120} and CLAIMS["echo_collapse"].base is COLLAPSE_BASE
+    with open(echo.DATA_DIR / "grpo_s0.jsonl") as f:
+        stored = json.loads(f.readline())["config"]
+    assert {k: stored[k] for k in echo.ECHO_BASE} == echo.ECHO_BASE
+
+
+def test_ledger_tests_reads_a_claim_file(tmp_path):
+    test = {"name": "t", "outcome": "passed", "effect": {"mean": -0.2, "ci95": [-0.3, -0.1], "per_seed": [-0.2]}}
+    (tmp_path / "x.json").write_text(json.dumps({"verdict": "reproduced", "result": {"tests": [test]}}))
+    (tmp_path / "y.json").write_text(json.dumps({"verdict": "pending"}))
+    assert echo.ledger_tests("x", tmp_path) == ("reproduced", {"t": {"mean": -0.2, "ci95": [-0.3, -0.1],
+                                                                     "per_seed": [-0.2], "outcome": "passed"}})
+    assert echo.ledger_tests("y", tmp_path) == ("pending", {})
+
+
 @pytest.mark.parametrize("filter_on", [False, True])
 @pytest.mark.parametrize("top_p", [0.25, 0.5])
 @pytest.mark.parametrize("critic", [False, True])
@@ -247,9 +297,16 @@ def test_ratio_level_ordering_and_panel():
     np.testing.assert_allclose(line_data(extremes)["max ratio"][1], s["ratio_max_turn"], rtol=1e-6)
     np.testing.assert_allclose(bar_heights(grads)[0], s["grad_norm_turn"], rtol=1e-6)
     assert grads.get_title() == f"grad norm per turn (total {s['grad_norm']:.3f})"
-    stats = ratios.compare_schemes(("ppo", "cispo"), staleness=1)
-    frac, norm = ratios.plot_schemes(stats).axes
-    np.testing.assert_allclose(bar_heights(frac)[0], [stats[n]["grad_token_frac"] for n in ("ppo", "cispo")])
-    np.testing.assert_allclose(bar_heights(norm)[0], [stats[n]["grad_norm"] for n in ("ppo", "cispo")])
+    assert_figure_standard(fig, "MockSearch", "staleness 1", "turn ratio", "sapo", "env tokens in the loss")
+    assert fig.axes[3].get_ylabel() == "clip fraction"                          # the twin axis is labelled
+    names = ("ppo", "clip_higher", "turn_ppo", "gspo", "cispo", "sapo")         # the notebook's six
+    stats = ratios.compare_schemes(names, staleness=1)
+    fig = ratios.plot_schemes(stats, ratios.setting_name("mock_search", 1))
+    frac, norm = fig.axes
+    widths = [np.array([r.get_width() for r in c]) for c in frac.containers + norm.containers]   # barh: widths
+    np.testing.assert_allclose(widths[0], [stats[n]["grad_token_frac"] for n in names])
+    np.testing.assert_allclose(widths[1], [stats[n]["grad_norm"] for n in names])
+    assert [t.get_text() for t in frac.get_yticklabels()] == list(names)
+    assert_figure_standard(fig, "MockSearch", "staleness 1")
     m = ratios.compare_masking(2)
     assert m["unmasked"]["env_grad_share"] > 0.9

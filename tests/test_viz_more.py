@@ -9,12 +9,30 @@ import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
-from conftest import assert_curves_drawn, bar_heights, fake_sweep, line_data
+from conftest import assert_curves_drawn, assert_figure_standard, bar_heights, fake_sweep, line_data
 
 from toyrl.exercises import check, matches
 from toyrl.viz import aggregation, context, critics, prototype, trees, void
-from toyrl.viz.plots import bind
+from toyrl.viz.plots import bind, label
 from toyrl.viz.prototype import RUNS_DIR, arm_curves, load_sweep
+
+
+# ---- toyrl demo's figure --------------------------------------------------------------------------
+def test_demo_figure_names_its_setting(tmp_path):
+    from toyrl.demo import PANELS, _figure
+    rng = np.random.default_rng(0)
+    series = {arm: {s: {k: rng.random(12).tolist() for k, _, _ in PANELS} for s in (3, 4, 5)}
+              for arm in ("unmasked", "masked")}
+    fig = _figure(series, str(tmp_path / "demo.png"), 12)
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert [a.get_title() for a in fig.axes] == ["success rate", "observation tokens the policy writes"]
+    assert_figure_standard(fig, "GridWorld 4x4", "GRPO", "12 steps", "3 seeds (3..5)", "tiny policy",
+                           "whole vocabulary", "masked vs unmasked")
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "RL step" and "5-step mean" in ax.get_ylabel()
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+            "unmasked (mean, min-max over seeds)", "masked, the fix (mean, min-max over seeds)"]
+        assert len(ax.collections) == 2                                        # one band per arm, both in the legend
 
 
 # ---- prototype (shared helpers) -----------------------------------------------------------------
@@ -38,6 +56,7 @@ def test_arm_curves_example_and_smoothing():
     np.testing.assert_allclose(c["a"]["x"], [0, 1])
     np.testing.assert_allclose(c["a"]["mean"], [1.0, 2.0])
     np.testing.assert_allclose(c["a"]["se"], [1 / np.sqrt(2)] * 2)
+    assert c["a"]["n"] == 2                                                    # seeds, named in the legend
     sw = fake_sweep(["a"], ["r", "tokens_generated"], S=3, N=5)
     raw = np.asarray(sw["a"]["r"])
     big = arm_curves(sw, "r", smooth_w=10)["a"]["mean"]                          # window > N: running mean
@@ -65,14 +84,25 @@ def test_bind_gives_widgets_their_data():
     w = widgets.interactive(cb, metric=["success_rate", "grad_norm"], smooth=(1, 10))
     assert [c.description for c in w.children[:-1]] == ["metric", "smooth"]
     w.children[0].value = "grad_norm"                                          # the slider moves: a new figure
-    assert w.result.axes[0].get_title() == "grad_norm"
+    assert w.result.axes[0].get_title() == "gradient norm (5-step mean)"
     assert_curves_drawn(w.result.axes[0], arm_curves(sweep, "grad_norm", smooth_w=5))
+    cb = bind(prototype.curve_panel, sweep, setting="GridWorld 4x4")            # a setting: data, not a widget
+    w = widgets.interactive(cb, metric=["success_rate", "grad_norm"], smooth=(1, 10))
+    assert [c.description for c in w.children[:-1]] == ["metric", "smooth"]
+    assert w.result.axes[0].get_title() == "GridWorld 4x4: success rate (5-step mean)"
 
 
 def test_compare_tiny():
     cfg = replace(prototype.prototype_arms(2)["grpo"], prompts_per_step=1, group_size=2)
     out = prototype.compare({"grpo": cfg}, seeds=(0, 1), keys=("reward_mean",), steps=1)
     assert np.asarray(out["grpo"]["reward_mean"]).shape == (2, 1)
+
+
+def test_plot_compare_names_the_setting():
+    sweep = fake_sweep(["grpo", "gigpo", "loo_turn"], ["success_rate"], S=3, N=12)
+    ax = prototype.plot_compare(sweep, "success_rate")
+    assert_curves_drawn(ax, arm_curves(sweep, "success_rate", smooth_w=5))
+    assert_figure_standard(ax.figure, "BanditChain", "success rate")
 
 
 def test_loo_turn_example():
@@ -152,11 +182,13 @@ def test_ratio_bias_panel_range(ctx, k, seed):
     assert np.abs(res["matched"]).max() < 1e-5                                # matched recompute is exact
     assert np.abs(res["flat"][:k + 1]).max() < 1e-5                           # nothing cut yet
     ax = context.plot_ratio_bias(res)
+    assert_figure_standard(ax.figure, context.SETTING)
+    assert ax.figure.axes[-1].get_ylabel() == "rows reaching turn k"             # the twin axis is labelled
     matched, flat = bar_heights(ax)
     np.testing.assert_allclose(matched, res["matched"])
     np.testing.assert_allclose(flat, res["flat"])
     assert len(flat) == len(res["turns"]) and (flat >= 0).all()
-    np.testing.assert_allclose(line_data(ax.figure.axes[-1])["rows with turn k"][1], res["turns"])
+    np.testing.assert_allclose(line_data(ax.figure.axes[-1])["rows with turn k (right axis)"][1], res["turns"])
     assert np.all(np.diff(res["turns"]) <= 0)                                  # fewer rows reach later turns
     assert np.isfinite(context.bias_slope(res))
 
@@ -166,6 +198,16 @@ def test_bias_panel_names_the_slope():
     res = context.ratio_bias_per_turn("last_k", 2, seed=1)
     assert fig.axes[0].get_title() == f"context=last_k, k=2: slope {context.bias_slope(res):+.4f} per turn"
     np.testing.assert_allclose(bar_heights(fig.axes[0])[1], res["flat"])
+    assert_figure_standard(fig, context.SETTING, "seed 1")
+
+
+def test_bias_figure_panels_apart():
+    res = {c: context.ratio_bias_per_turn(c, 1, seed=0, prompts_per_step=1) for c in ("last_k", "summary")}
+    fig = context.bias_figure(res, seed=0)
+    left, right = fig.axes[:2]                                                 # the panels, then their twins
+    assert (left.get_title(), right.get_title()) == ("context=last_k, k=1", "context=summary, k=1")
+    np.testing.assert_allclose(bar_heights(right)[1], res["summary"]["flat"])
+    assert_figure_standard(fig, context.SETTING, "seed 0")                     # the twin labels do not collide
 
 
 def test_bias_slope_example():
@@ -175,10 +217,16 @@ def test_bias_slope_example():
 @pytest.mark.parametrize("metric", context.KEYS)
 def test_context_panel_range(metric):
     sweep = fake_sweep(context.context_arms(), context.KEYS)
-    ax = context.plot_context_panel(sweep, key=metric, smooth_w=10).axes[0]
-    assert ax.get_title() == metric
+    fig = context.plot_context_panel(sweep, key=metric, smooth_w=10)
+    ax = fig.axes[0]
+    assert ax.get_title() == f"{context.SETTING}, P=4 x G=8: {label(metric)} (10-step mean)"
+    assert ax.get_ylabel() == label(metric)
     assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=10))
-    assert_curves_drawn(prototype.curve_panel(sweep, metric, 10).axes[0], arm_curves(sweep, metric, smooth_w=10))
+    assert_figure_standard(fig, context.SETTING)
+    assert ax.get_legend().get_title().get_text() == "mean, band +-1 s.e. over 2 seeds"
+    fig = bind(prototype.curve_panel, sweep, setting="GridWorld 4x4")(metric, 10)
+    assert_curves_drawn(fig.axes[0], arm_curves(sweep, metric, smooth_w=10))
+    assert_figure_standard(fig, "GridWorld 4x4")
 
 
 # ---- critics ---------------------------------------------------------------------------------------
@@ -305,6 +353,7 @@ def test_weights_panel_range(short, long, G):
         np.testing.assert_allclose(m, aggregation.advantage_mass(G)[name])
         assert m[0] == m[-1] == 0 and np.allclose(m, m[::-1], atol=1e-6)       # no signal at k = 0, G; symmetric
     assert right.get_xlabel() == f"successes k out of G = {G}"
+    assert_figure_standard(left.figure, f"G = {G}", f"lengths {lengths[0]}")
 
 
 @pytest.mark.parametrize("metric", ("turns_per_episode", "success_rate", "zero_var_frac", "clip_frac", "grad_norm"))
@@ -312,8 +361,10 @@ def test_agg_panel_range(metric):
     sweeps = {"length": fake_sweep(aggregation.length_arms(), aggregation.KEYS),
               "loop": fake_sweep(aggregation.loop_arms(), aggregation.KEYS, seed=1)}
     for name, sweep in sweeps.items():
-        ax = aggregation.plot_agg_panel(sweep, key=metric, smooth_w=10).axes[0]
+        fig = aggregation.plot_agg_panel(sweep, key=metric, smooth_w=10)
+        ax = fig.axes[0]
         assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=10))
+        assert_figure_standard(fig, aggregation.SETTING, label(metric))
         assert_curves_drawn(aggregation.agg_panel(sweeps, name, metric, 10).axes[0], arm_curves(sweep, metric,
                                                                                                smooth_w=10))
     assert list(line_data(aggregation.agg_panel(sweeps).axes[0])) == list(sweeps["length"])   # default: the first

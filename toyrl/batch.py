@@ -11,10 +11,13 @@ which turn each token belongs to (observation tokens carry the turn they follow,
     adv_BT = batch.turn_to_token(adv_BH)           # broadcast a turn advantage to its tokens
     len_BH = batch.token_to_turn(batch.policy_mask.float(), "sum")   # policy tokens per turn
 
-Construction checks every shape, dtype and device and raises ``ValueError`` naming the field.
+Construction checks every shape, dtype and device, and that the float fields are finite (a log-prob
+field may hold -inf, never NaN or +inf), and raises ``ValueError`` naming the field; an empty batch
+(B = 0) is refused the same way.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
@@ -22,9 +25,8 @@ import torch
 
 from .segments import anchor_index, dense_index
 
-__all__ = ["TurnBatch", "turn_to_token", "token_to_turn", "discounted_returns"]
+__all__ = ["TurnBatch", "turn_to_token", "token_to_turn", "discounted_returns", "check_finite", "NonFiniteError"]
 
-# field -> (shape spec, dtype kind); shape letters: B, T, H
 # field -> (shape over B / T / H, dtype kind, required)
 _FIELDS = {
     "tokens": ("BT", "long", True), "policy_mask": ("BT", "bool", True), "turn_id": ("BT", "long", True),
@@ -40,6 +42,28 @@ _KINDS = {
     "bool": (torch.bool,),
     "float": (torch.float16, torch.bfloat16, torch.float32, torch.float64),
 }
+_LOG_PROBS = ("old_logp", "ref_logp", "rollout_logp")    # may be -inf: a token the policy can never pick
+
+
+class NonFiniteError(ValueError):
+    """A tensor holds NaN or +-inf where it must not (raised by ``check_finite``; a ``ValueError``)."""
+
+
+def check_finite(name: str, x: torch.Tensor, mask: Optional[torch.Tensor] = None, *, log_prob: bool = False) -> None:
+    """ValueError naming ``name`` and the first position (row-major) where ``x`` is NaN or +-inf, on ``mask`` if given.
+
+    ``log_prob=True`` lets -inf through (a token the policy can never pick); NaN and +inf still raise.
+    One ``isfinite`` and one ``any`` when nothing is wrong. Example: check_finite("r", [[0., nan]]) ->
+    ValueError("r has a non-finite value nan at (0, 1)").
+    """
+    bad = ~(x < math.inf) if log_prob else ~torch.isfinite(x)                 # NaN compares False
+    if mask is not None:
+        bad = bad & mask
+    if bool(bad.any()):
+        pos = tuple(int(i) for i in bad.nonzero()[0])
+        note = " (a log-prob may be -inf, never NaN or +inf)" if log_prob else ""
+        where = ", ".join(map(str, pos))
+        raise NonFiniteError(f"{name} has a non-finite value {float(x.detach()[pos])} at ({where}){note}")
 
 
 def _check(name: str, x: Any, spec: str, kind: str, dims: dict, device) -> None:
@@ -66,7 +90,8 @@ class TurnBatch:
     """(B, T) long: turn index of each token in [0, H); observation tokens carry the turn they
     follow, padding is -1. Non-decreasing along each row outside padding (checked)."""
     old_logp: torch.Tensor
-    """(B, T) float: behaviour log-probs under the context the policy saw at rollout (0 off-policy-mask)."""
+    """(B, T) float: behaviour log-probs under the context the policy saw at rollout (0 off-policy-mask).
+    Log-prob fields may hold -inf (a token the policy could never pick); every other float field is finite."""
     turn_mask: torch.Tensor
     """(B, H) bool: valid turns."""
     turn_reward: torch.Tensor
@@ -114,6 +139,10 @@ class TurnBatch:
         for name, (spec, kind, required) in _FIELDS.items():
             if required or getattr(self, name) is not None:
                 _check(name, getattr(self, name), spec, kind, dims, device)
+                if kind == "float":
+                    check_finite(f"TurnBatch.{name}", getattr(self, name), log_prob=name in _LOG_PROBS)
+        if B == 0:
+            raise ValueError("TurnBatch has no rollouts (B = 0)")
         H = dims["H"]
         if T and (int(self.turn_id.min()) < -1 or int(self.turn_id.max()) >= max(H, 1)):
             raise ValueError(f"TurnBatch.turn_id values must lie in [-1, H={H}), got range "

@@ -1,8 +1,8 @@
-"""The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | precompute | pretrain |
-bench``.
+"""The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | plot | compare |
+precompute | pretrain | bench``.
 
 Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
-``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cliargs``): one flag per
+``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.trainflags``): one flag per
 field by its own name, its docstring as help; ``sweep`` takes several values for any field and runs
 their product. An unknown name prints one line naming the flag and the valid names and exits with
 code 2 (no traceback) before any work starts. ``sweep`` and ``scorecard`` run their per-run jobs
@@ -16,23 +16,16 @@ import importlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
-from .cliargs import Given, UsageError, add_fields, check_names, grid, values
-from .credit import ESTIMATORS
+from .cliargs import AtLeast, UsageError, values
 from .envs import ENVS
-from .filters import FILTERS
-from .objectives import AGGREGATIONS, CLIP_SCHEMES, KL_ESTIMATORS, LEVELS
-from .policies.factory import is_policy_name, policy_names
-from .rollout import CONTEXTS
+from .runplot import add_run_commands
 from .train import TrainConfig
-from .tree import STRATEGIES
+from .trainflags import ALIASES, REGISTRIES, SWEEP_SYNTAX, TRAIN_SYNTAX, add_train_flags, checked_trainer, configs_from
 
-BENCHES = {
-    "envs": "toyrl.bench.envs",
-    "credit": "toyrl.bench.credit",
-    "train": "toyrl.bench.train",
-}
+BENCHES = {"envs": "toyrl.bench.envs", "credit": "toyrl.bench.credit", "train": "toyrl.bench.train"}
 
 
 def choose(kind: str, name: str, valid) -> str:
@@ -41,55 +34,6 @@ def choose(kind: str, name: str, valid) -> str:
     if name not in valid:
         raise UsageError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
     return name
-
-
-# ---- train flags, generated from TrainConfig (toyrl.cliargs), shared by train and sweep -------------
-ALIASES = {"env_kwargs": ["--env-kw"], "estimator_kwargs": ["--est-kw"], "clip_kwargs": ["--clip-kw"],
-           "filters": ["--filter"], "filter_kwargs": ["--filter-kw"], "prompts_per_step": ["--prompts"],
-           "ppo_epochs": ["--epochs"], "seed": ["--seeds"]}
-"""short option strings kept from earlier versions of the CLI (every field also has its own name)"""
-
-
-REGISTRIES = {
-    "env": ("env", ENVS), "policy": ("policy", policy_names(), is_policy_name),
-    "estimator": ("estimator", ESTIMATORS), "clip": ("clip scheme", CLIP_SCHEMES), "ratio": ("ratio level", LEVELS),
-    "agg": ("aggregation", AGGREGATIONS), "kl": ("KL estimator", KL_ESTIMATORS), "filters": ("filter", FILTERS),
-    "filter_kwargs": ("filter", FILTERS), "context": ("context policy", CONTEXTS),
-    "rollout": ("rollout", ("independent",) + STRATEGIES),
-    "autocast": ("autocast", ("bf16", "fp16")),                  # no registry yet: the names policies.factory takes
-}
-"""field -> (what its values name, the registry[, is_valid]): the one source of the valid names of a flag"""
-
-
-TRAIN_SYNTAX = ("values: a bool is --x / --no-x (or --x false); an Optional field also takes none; a list is "
-                "comma-separated or repeated (--filters a,b); a dict is a JSON object or KEY=VALUE tokens with JSON "
-                "values (--env-kwargs map_name=4x4 slip=0.1; a.b=1 sets a nested key)")
-SWEEP_SYNTAX = ("values: one per token (a list as one comma-separated token, none: empty); a dict sweeps each key "
-                "given several values (--est-kw gamma=0.9 gamma=1.0: two runs); --seed defaults to 0 1 2")
-
-
-def add_train_flags(p: argparse.ArgumentParser, multi: bool = False) -> None:
-    """A flag per TrainConfig field (``multi``: each takes several values, for sweep)."""
-    add_fields(p, TrainConfig, multi=multi, aliases=ALIASES, names=REGISTRIES,
-               defaults={"seed": [0, 1, 2]} if multi else None)
-
-
-def configs_from(args, multi: bool = False, **override) -> list:
-    """Validated TrainConfigs from parsed flags: one, or (``multi``) the product of every field's values.
-    Every name is checked before any run starts; ``override`` sets fields whose flags were not given."""
-    v = values(args, TrainConfig, multi)
-    for name, value in override.items():
-        if not isinstance(getattr(args, name), Given):
-            v[name] = [value] if multi else value
-    check_names(v, REGISTRIES, multi)
-    cfgs = [TrainConfig(**run) for run in (grid(v) if multi else [v])]
-    for cfg in cfgs:
-        try:
-            cfg.validate()
-        except ValueError as e:                            # "minibatches must be ..." -> "--minibatches: ..."
-            field = next((n for n in v if str(e).startswith(n + " ")), None)
-            raise UsageError((f"--{field.replace('_', '-')}: " if field else "") + str(e)) from None
-    return cfgs
 
 
 SUMMARY_KEYS = ("reward_mean", "success_rate", "reward_std", "zero_var_frac", "grad_norm", "clip_frac",
@@ -110,16 +54,6 @@ def cmd_envs(args) -> int:
         doc = (env.__doc__ or "").strip().splitlines()[0]
         print(f"{name:14s} {gym_id:22s} actions={env.action_space.n:<4d} {doc}")
     return 0
-
-
-def checked_trainer(cfg, log_path=None):
-    """A Trainer for ``cfg``; a ValueError its construction raises before any rollout (e.g. episodes
-    longer than a text policy's context) becomes a one-line usage error."""
-    from .train import Trainer
-    try:
-        return Trainer(cfg, log_path)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
 
 
 def cmd_train(args) -> int:
@@ -173,8 +107,6 @@ def cmd_sweep(args) -> int:
 def cmd_scorecard(args) -> int:
     from .scorecard import SETTINGS, run_scorecard
     choose("scorecard env", args.env, SETTINGS)
-    if (args.seeds is not None and args.seeds < 1) or (args.cells is not None and args.cells < 1):
-        raise UsageError("--seeds and --cells must be >= 1")
     seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
     out = args.out_dir or "data/scorecard"
     print(f"scorecard: {args.env}, {seeds} seeds/cell, {'quick' if args.quick else 'full'}, {args.workers} "
@@ -230,15 +162,9 @@ def cmd_reproduce(args) -> int:
 
 
 # notebook data: NAME -> module whose precompute(out_dir=None) writes data/runs/NAME/
-PRECOMPUTE = {
-    "echo_trap": "toyrl.viz.echo",
-    "void": "toyrl.viz.void",
-    "context": "toyrl.viz.context",
-    "critics": "toyrl.viz.critics",
-    "trees": "toyrl.viz.trees",
-    "aggregation": "toyrl.viz.aggregation",
-    "prototype": "toyrl.viz.prototype",
-}
+PRECOMPUTE = {"echo_trap": "toyrl.viz.echo", "void": "toyrl.viz.void", "context": "toyrl.viz.context",
+              "critics": "toyrl.viz.critics", "trees": "toyrl.viz.trees", "aggregation": "toyrl.viz.aggregation",
+              "prototype": "toyrl.viz.prototype"}
 
 
 def cmd_precompute(args) -> int:
@@ -267,10 +193,10 @@ def add_reproduce(sub) -> None:
     """The ``reproduce`` subcommand: ``toyrl reproduce CLAIM... --seeds N --first-seed S --out-dir D --workers W``."""
     r = sub.add_parser("reproduce", help="the claims ledger: test the source article's claims at toy scale")
     r.add_argument("claims", nargs="*", help="claim names (default: all)")
-    r.add_argument("--seeds", type=int, default=10, help="seeds per arm (N: seeds S..S+N-1)")
-    r.add_argument("--first-seed", type=int, default=0, help="first seed S of the block")
+    r.add_argument("--seeds", action=AtLeast, default=10, help="seeds per arm (N: seeds S..S+N-1)")
+    r.add_argument("--first-seed", action=AtLeast, minimum=0, default=0, help="first seed S of the block")
     r.add_argument("--quick", action="store_true", help="shorter runs (the whole ledger in under 8 minutes)")
-    r.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
+    r.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)), help="worker processes")
     r.add_argument("--out-dir", default=None, help="where the JSON, series and figures go (default data/claims)")
     r.add_argument("--no-readme", action="store_true", help="do not regenerate the README claims table")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -292,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=SWEEP_SYNTAX, description="Every TrainConfig field takes several values; the sweep "
                        "runs their product (e.g. --estimator grpo gigpo --seed 0 1: four runs).")
     add_train_flags(s, multi=True)
-    s.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
+    s.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
     s.add_argument("--out-dir", default="runs")
     add_backend_flags(s)
     s.set_defaults(func=cmd_sweep)
@@ -300,27 +226,28 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Estimator, clip, aggregation and filter levels, one factor at a time around "
                         "GRPO/PPO/token-mean/no filter, in the off-policy long-turn regime (toyrl.scorecard).")
     sc.add_argument("--quick", action="store_true", help="fewer steps and 3 seeds per cell (minutes)")
-    sc.add_argument("--seeds", type=int, default=None, help="seeds per cell (default 10, 3 under --quick)")
+    sc.add_argument("--seeds", action=AtLeast, default=None, help="seeds per cell (default 10, 3 under --quick)")
     sc.add_argument("--env", default="gridworld", help="gridworld (default) or bandit_chain")
-    sc.add_argument("--cells", type=int, default=None, help="only the first N cells of the design")
-    sc.add_argument("--steps", type=int, default=None, help="RL steps per run (default 50, 40 under --quick)")
-    sc.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)))
+    sc.add_argument("--cells", action=AtLeast, default=None, help="only the first N cells of the design")
+    sc.add_argument("--steps", action=AtLeast, default=None, help="RL steps per run (default 50, 40 under --quick)")
+    sc.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
     sc.add_argument("--out-dir", default=None, help="where scorecard.json / runs.json / scorecard.png go "
                     "(default data/scorecard)")
     add_backend_flags(sc)
     sc.set_defaults(func=cmd_scorecard)
     d = sub.add_parser("demo", help="training on env tokens collapses a free-sampling policy, masking them "
                                       "prevents it (3 seeds): summary table and a figure")
-    d.add_argument("--steps", type=int, default=None)
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--steps", action=AtLeast, default=None, help="RL steps per run")
+    d.add_argument("--seed", action=AtLeast, minimum=0, default=0)
     d.add_argument("--out", default="toyrl_demo.png", help="figure path")
     d.set_defaults(func=cmd_demo)
     dm = sub.add_parser("demos", help="write the expert demonstrations shipped in data/demos/")
     dm.add_argument("--env", nargs="+", default=None)
-    dm.add_argument("--n", type=int, default=None, help="episodes per env")
-    dm.add_argument("--seed", type=int, default=0)
+    dm.add_argument("--n", action=AtLeast, default=None, help="episodes per env")
+    dm.add_argument("--seed", action=AtLeast, minimum=0, default=0)
     dm.set_defaults(func=cmd_demos)
     add_reproduce(sub)
+    add_run_commands(sub)                                  # plot, compare (toyrl.runplot)
     pc = sub.add_parser("precompute", help="recompute the runs the notebooks load from data/runs/")
     pc.add_argument("names", nargs="*", help=f"targets (default: all): {', '.join(PRECOMPUTE)}")
     pc.add_argument("--out-dir", default=None)
@@ -335,13 +262,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def interrupted(args) -> str:
+    """The one line Ctrl-C prints: for ``train --out``, where the log so far is and how many rows it holds."""
+    from .runlog import RunLog
+    path = getattr(args, "out", None) if getattr(args, "command", None) == "train" else None
     try:
+        with warnings.catch_warnings():                      # a torn last row is skipped, not news here
+            warnings.simplefilter("ignore")
+            return f"toyrl: interrupted; the log so far is in {path} ({len(RunLog.load(path).rows)} rows)"
+    except (OSError, TypeError, ValueError):                 # no --out, no file yet, or not a run log
+        return "toyrl: interrupted"
+
+
+def main(argv=None) -> int:
+    """Run a subcommand: 0 on success, 2 with one line for a bad name or value, 130 with one line on Ctrl-C."""
+    args = None
+    try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except UsageError as e:
         print(f"toyrl: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(interrupted(args), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ With ``multi=True`` (``toyrl sweep``) every flag takes several values and ``grid
 or a list takes one value per token (a list as one comma-separated token, ``none`` = empty), a dict one value
 per KEY=VALUE of the same key (``--estimator-kwargs gamma=0.9 gamma=1`` gives two dicts).
 A field type with no syntax here raises TypeError when the flags are built, so no field is skipped silently.
+``field_error`` turns a config's ``ValueError`` into a one-line ``UsageError`` naming the field's flag, and
+``AtLeast`` gives a hand-written int flag a lower bound (``add_argument("--steps", action=AtLeast, minimum=1)``).
 """
 from __future__ import annotations
 
@@ -28,12 +30,14 @@ import dataclasses
 import inspect
 import itertools
 import json
+import re
 import textwrap
 import types
 import typing
 from dataclasses import dataclass
 
-__all__ = ["UsageError", "Spec", "field_docs", "specs", "add_fields", "values", "grid", "check_names", "to_argv"]
+__all__ = ["UsageError", "Spec", "field_docs", "specs", "add_fields", "values", "grid", "check_names", "to_argv",
+           "field_error", "AtLeast"]
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 SCALARS = (int, float, str)
@@ -41,6 +45,23 @@ SCALARS = (int, float, str)
 
 class UsageError(Exception):
     """A bad name or value: reported in one line, exit code 2."""
+
+
+class AtLeast(argparse.Action):
+    """An int flag with a lower bound ``minimum``: a smaller value is a one-line UsageError, exit 2
+    (``toyrl demo --steps 0`` -> "--steps: must be >= 1, got 0")."""
+
+    def __init__(self, *args, minimum: int = 1, **kw):
+        kw.setdefault("type", int)
+        super().__init__(*args, **kw)
+        self.minimum = minimum
+        if self.help:
+            self.help += f" (>= {minimum})"
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if value < self.minimum:
+            raise UsageError(f"{option_string}: must be >= {self.minimum}, got {value}")
+        setattr(namespace, self.dest, value)
 
 
 class Given(list):
@@ -297,3 +318,14 @@ def to_argv(cfg) -> list:
         else:
             argv += [s.flag, _show(v)]
     return argv
+
+
+def field_error(e: ValueError, fields) -> UsageError:
+    """A config's ValueError as a UsageError naming the flag of the field its message starts with:
+    "lr must be > 0" -> "--lr: lr must be > 0", "env_kwargs: slip ..." -> "--env-kwargs: slip ..."."""
+    msg = str(e)
+    m = re.match(r"(\w+)(: | )", msg)
+    if not m or m.group(1) not in fields:
+        return UsageError(msg)
+    flag = "--" + m.group(1).replace("_", "-")
+    return UsageError(f"{flag}: {msg[m.end():] if m.group(2) == ': ' else msg}")

@@ -55,27 +55,42 @@ def summarize(series: dict) -> dict:
     return out
 
 
-def _figure(series: dict, out: str, steps: int) -> None:
+PANELS = (("success_rate", "success rate", "success rate (5-step mean)"),
+          ("obs_token_rate", "observation tokens the policy writes", "observation-token rate (5-step mean)"))
+"""(series key, panel title, y label) of the figure's panels"""
+
+
+def _figure(series: dict, out: str, steps: int):
+    """Save (and return) the figure: per panel the mean over seeds and its min..max band, per arm.
+
+    ``series``: arm -> seed -> {"success_rate": (steps,), "obs_token_rate": (steps,)} (``run_job``'s series).
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from .claims.report import seed_band
     from .claims.spec import smooth
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.2))
+    from .viz.plots import legend
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
     for j, arm in enumerate(series):
-        for ax, key in zip(axes, ("success_rate", "obs_token_rate")):
+        name = f"{arm}{', the fix' if ARMS[arm]['mask_env_tokens'] else ''}"
+        for ax, (key, _, _) in zip(axes, PANELS):
             Y = np.stack([smooth(r[key]) for r in series[arm].values()])              # (S, steps)
-            seed_band(ax, Y, np.arange(Y.shape[1]), f"C{j}", arm, kind="range")
-    for ax, lab in zip(axes, ("success rate (5-step mean)", "observation tokens written by the policy")):
+            seed_band(ax, Y, np.arange(Y.shape[1]), f"C{j}", name, kind="range")
+            ax.collections[-1].set_label(ax.get_lines()[-1].get_label())          # the band shares the line's entry
+    for ax, (_, title, ylabel) in zip(axes, PANELS):
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("RL step")
-        ax.set_ylabel(lab, fontsize=8)
-        ax.legend(fontsize=7, frameon=False)
-    n = len(next(iter(series.values())))
-    fig.suptitle(f"Training on environment tokens collapses a free-sampling policy; masking them prevents it\n"
-                 f"GridWorld 4x4 random maps, GRPO after 60 BC steps, {steps} steps, {n} seeds", fontsize=9)
-    fig.tight_layout()
+        ax.set_ylabel(ylabel, fontsize=9)
+        legend(ax, fontsize=7, frameon=False)
+    seeds = sorted({s for runs in series.values() for s in runs})
+    fig.suptitle("Training on environment tokens collapses a free-sampling policy; masking them prevents it\n"
+                 f"GridWorld 4x4 random maps, GRPO after {DEMO_BASE['bc_steps']} BC steps, {steps} steps, "
+                 f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]})\n"
+                 "tiny policy sampling its whole vocabulary: env tokens masked vs unmasked in the loss", fontsize=9)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return fig
 
 
 def run_demo(out: Optional[str] = "toyrl_demo.png", steps: Optional[int] = None, seed: int = 0, seeds: int = 3,

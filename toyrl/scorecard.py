@@ -153,7 +153,7 @@ def run_one(job: tuple) -> dict:
                 diag.setdefault(k, []).append(v)
         if s < tr.cfg.steps:
             tr.step()
-    series = {k: [None if v is None or not math.isfinite(v) else round(float(v), 4) for v in tr.log.column(k)]
+    series = {k: [None if not math.isfinite(v) else round(float(v), 4) for v in tr.log.column(k, strict=False)]
               for k in SERIES_KEYS}
     return {"series": series, "diag": {k: [round(float(x), 4) if math.isfinite(x) else None for x in v]
                                        for k, v in diag.items()},

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .config import TrainConfig
-from .credit import ESTIMATORS
+from .credit import ESTIMATORS, warn_group_size, warn_zero_variance
 from .credit.critics import TurnCritic, value_loss
 from .demos import DEMO_CONFIGS, ScriptedPolicy, bc_loss, expert_actions, load_demos, replay_chooser
 from .diagnostics import stability_report
@@ -38,12 +38,13 @@ from .envs import make_core
 from .filters import FILTERS
 from .objectives import loss_mask, policy_loss
 from .policies.factory import build_policy
-from .rollout import Rollout, Sampling, episode_token_bound, recompute_logp, rollout
+from .policies.limits import check_context, resolve_context
+from .rollout import Rollout, Sampling, recompute_logp, rollout
 from .runlog import RunLog
-from .toycodec import ThinkingIntervention, ToyCodec
+from .toycodec import ThinkingIntervention
 from .tree import tree_rollout
 
-__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "CRITIC_ESTIMATORS"]
+__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "CRITIC_ESTIMATORS", "check_context"]
 
 CRITIC_ESTIMATORS = ("gae", "turn_gae", "bilevel_gae")
 
@@ -71,25 +72,12 @@ def _sampling(cfg: TrainConfig, generator) -> Sampling:
                     context_k=cfg.context_k, tti=tti, t2po_eta=cfg.t2po_eta, generator=generator)
 
 
-def check_context(policy, codec, core, cfg: TrainConfig) -> None:
-    """ValueError before any rollout if an episode can outgrow a text policy's fixed context."""
-    max_len = getattr(getattr(policy, "config", None), "max_len", None)
-    if max_len is None or isinstance(codec, ToyCodec):       # toy presets are sized to the episode
-        return
-    flat = cfg.context == "full" or cfg.recompute == "flat" or not cfg.mask_env_tokens
-    need = episode_token_bound(core, codec, None if flat else cfg.context_k + 1)
-    if need > max_len:
-        raise ValueError(f"think_max={cfg.think_max}, max_turns={core.max_turns}: an episode of {cfg.env} can reach "
-                         f"{need} tokens (replies of up to {codec.max_new}), more than policy {cfg.policy!r} holds "
-                         f"(max_len={max_len}); lower think_max or max_turns, or use context='last_k' with matched "
-                         "recompute")
-
-
 class Trainer:
     """Holds the env core, the policy, the optimizer and the RNGs of one run; ``step()`` does one update."""
 
     def __init__(self, cfg: TrainConfig, log_path: Optional[str] = None):
         cfg.validate()
+        warn_group_size(cfg.estimator, cfg.group_size)           # a grouped estimator on groups of one: all zeros
         self.cfg, self.device = cfg, torch.device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -101,7 +89,8 @@ class Trainer:
         self.policy, self.codec = build_policy(cfg.policy, self.core, self.device, n_think=cfg.n_think,
                                                think_max=cfg.think_max, think_min=cfg.think_min,
                                                autocast=cfg.autocast)
-        check_context(self.policy, self.codec, self.core, cfg)
+        self.cfg = cfg = resolve_context(cfg, self.policy)      # context None: the policy's own (TinyLM's checkpoint)
+        check_context(self.policy, self.codec, self.core, cfg)  # ValueError if an episode can outgrow its positions
         self.sampling = _sampling(cfg, self.gen)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.ref = None
@@ -287,6 +276,7 @@ class Trainer:
         if self.cfg.eval_every and (self.step_idx % self.cfg.eval_every == 0 or self.step_idx == self.cfg.steps):
             row.update(self.evaluate())
         self.log.append(row)
+        warn_zero_variance(self.log.rows, self.cfg.steps)        # once: the first 10 (or all) steps had no variance
         return row
 
     def log_row(self, ro: Rollout, prep: Prepared, upd: dict, times: dict) -> dict:

@@ -14,7 +14,7 @@ defaults and an example. Shared moves: ``base`` (shape checks, group normalizati
 and ``scan`` (pack the policy tokens, discounted scan, unpack).
 ``REFERENCE[name](batch, **kw)`` is the same estimator written as plain loops (``reference.py``).
 """
-from .registry import ESTIMATORS, Estimator, register_estimator, token_advantages
+from .registry import ESTIMATORS, Estimator, register_estimator, token_advantages, warn_group_size, warn_zero_variance
 from .outcome import dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo
 from .gae import bilevel_gae, gae, gae_scan, turn_gae
 from .gigpo import anchor_index, gigpo, similarity_keys
@@ -30,7 +30,8 @@ from .peers import gdpo, optimal_token_baseline, tir_optimal_token_baseline
 from .reference import REFERENCE
 
 __all__ = [
-    "ESTIMATORS", "Estimator", "register_estimator", "token_advantages", "REFERENCE",
+    "ESTIMATORS", "Estimator", "register_estimator", "token_advantages", "REFERENCE", "warn_group_size",
+    "warn_zero_variance",
     "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo", "gpg",
     "grpo_passk",
     "gae", "gae_scan", "turn_gae", "bilevel_gae", "gigpo", "anchor_index", "similarity_keys", "mt_grpo",

@@ -5,7 +5,7 @@ Dimension legend: B rollouts, T tokens, H turns, N flattened rows, S segments.
 Every estimator in ``toyrl.credit`` is built from the same few moves, said once here (the scans
 over tokens and turns live in ``scan``):
 
-    check(name, x, "BH", dims)                         # ValueError naming the argument
+    check(name, x, "BH", dims, kind="float")           # ValueError naming the argument (shape, dtype, NaN / inf)
     adv = group_norm(x, idx, S, norm="std")            # (x - mean_g) / (std_g + eps) per segment
     r_BT = place_at_turn_end(r_BH, turn_id, mask)      # turn reward on the turn's last policy token
 
@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch
 
+from ..batch import check_finite
 from ..segments import dense_index, segment_count, segment_sum
 from .scan import next_masked
 
@@ -30,6 +31,7 @@ def check(name: str, x, spec: str, dims: dict, *, kind: Optional[str] = None) ->
     """Check that ``x`` is a tensor of shape ``spec`` (letters B, T, H, D) and fill unknown letters.
 
     Raises ``ValueError("adv: expected shape (B=4, H=3), got (4, 2)")``. Returns ``dims`` updated.
+    ``kind="float"`` also requires every entry finite: ``ValueError("q has a non-finite value nan at (0, 2)")``.
     """
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor of shape ({', '.join(spec)}), got {type(x).__name__}")
@@ -42,6 +44,8 @@ def check(name: str, x, spec: str, dims: dict, *, kind: Optional[str] = None) ->
             raise ValueError(f"{name}: expected shape ({want}), got {tuple(x.shape)}")
     if kind == "float" and not x.is_floating_point():
         raise ValueError(f"{name}: expected a floating-point tensor, got {x.dtype}")
+    if kind == "float":
+        check_finite(name, x)
     if kind == "bool" and x.dtype != torch.bool:
         raise ValueError(f"{name}: expected a bool tensor, got {x.dtype}")
     return dims

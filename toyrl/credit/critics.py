@@ -89,7 +89,7 @@ def progress_loss(progress: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tens
     """
     dims = check("progress", progress, "BH", {}, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
-    check("R", R, "B", dims)
+    check("R", R, "B", dims, kind="float")
     return (((progress * turn_mask.to(progress.dtype)).sum(1) - R) ** 2).mean()
 
 
@@ -105,7 +105,7 @@ def sweet_bt_loss(turn_adv: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tens
     """
     dims = check("turn_adv", turn_adv, "BH", {}, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
-    check("R", R, "B", dims)
+    check("R", R, "B", dims, kind="float")
     check("group", group, "B", dims)
     S = (turn_adv * turn_mask.to(turn_adv.dtype)).sum(1)                          # (B,)
     pair = (group[:, None] == group[None, :]) & (R[:, None] > R[None, :])         # (B, B) chosen i, rejected j

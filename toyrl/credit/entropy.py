@@ -33,7 +33,7 @@ def empg(adv: torch.Tensor, turn_entropy: torch.Tensor, turn_mask: torch.Tensor,
     dims = check("turn_entropy", turn_entropy, "BH", {}, kind="float")
     check("turn_mask", turn_mask, "BH", dims, kind="bool")
     if adv.dim() == 1:
-        check("adv", adv, "B", dims)
+        check("adv", adv, "B", dims, kind="float")
         adv = adv[:, None].expand_as(turn_entropy)
     else:
         check("adv", adv, "BH", dims, kind="float")

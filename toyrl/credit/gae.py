@@ -89,7 +89,7 @@ def turn_gae(turn_reward: torch.Tensor, values: torch.Tensor, turn_mask: torch.T
     check("values", values, "BH", dims, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
     if last_value is not None:
-        check("last_value", last_value, "B", dims)
+        check("last_value", last_value, "B", dims, kind="float")
     raw = gae_scan(turn_reward, values, turn_mask, gamma=gamma, lam=lam, last_value=last_value)
     ret = raw + values                                                           # the critic's target
     ret *= turn_mask

@@ -34,7 +34,7 @@ def a2tgpo_z(info_gain: torch.Tensor, turn_mask: torch.Tensor, prompt: torch.Ten
     check("prompt", prompt, "B", dims)
     s = info_gain
     if outcome is not None:
-        check("outcome", outcome, "B", dims)
+        check("outcome", outcome, "B", dims, kind="float")
         s = torch.where(last_turn(turn_mask), outcome[:, None].to(s.dtype), s)
     return turn_group_norm(s, turn_mask, prompt, ddof=ddof, eps=eps)
 
@@ -66,7 +66,7 @@ def a2tgpo_clip_eps(z: torch.Tensor, turn_mask: torch.Tensor, *, eps: float = 0.
     return eps * 2 * torch.sigmoid(z) * turn_mask.to(z.dtype)
 
 
-@register_estimator("a2tgpo", level="turn")
+@register_estimator("a2tgpo", level="turn", grouped=True)
 def _a2tgpo(batch, *, gamma: float = 1.0, ddof: int = 1, eps: float = 1e-6, outcome_last: bool = True):
     """A2TGPO: info gain z-scored per (prompt, turn index), accumulated to go / sqrt(#terms)."""
     ig = need(batch, "info_gain", "a2tgpo")

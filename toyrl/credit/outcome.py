@@ -16,6 +16,7 @@ from typing import Optional
 
 import torch
 
+from ..batch import check_finite
 from ..segments import segment_count, segment_max, segment_std, segment_sum
 from .base import broadcast_turns, check, group_ids, group_norm, masked_whiten, place_at_turn_end
 from .registry import need, register_estimator
@@ -141,7 +142,7 @@ def remax(turn_reward: torch.Tensor, turn_mask: torch.Tensor, baseline_reward: t
     """
     dims = check("turn_reward", turn_reward, "BH", {}, kind="float")
     check("turn_mask", turn_mask, "BH", dims)
-    check("baseline_reward", baseline_reward, "B", dims)
+    check("baseline_reward", baseline_reward, "B", dims, kind="float")
     r = (turn_reward * turn_mask).flip(1).cumsum(1).flip(1)              # (B, H) undiscounted to-go
     return (r - baseline_reward[:, None].to(r.dtype)) * turn_mask
 
@@ -202,19 +203,19 @@ def _R(batch):
     return batch.outcome()
 
 
-@register_estimator("grpo", level="turn")
+@register_estimator("grpo", level="turn", grouped=True)
 def _grpo(batch, *, ddof: int = 1, eps: float = 1e-6, norm: str = "std"):
     """GRPO: (R - group mean) / (group std + eps) on every valid turn."""
     return broadcast_turns(grpo(_R(batch), batch.group, norm=norm, ddof=ddof, eps=eps), batch.turn_mask)
 
 
-@register_estimator("dr_grpo", level="turn")
+@register_estimator("dr_grpo", level="turn", grouped=True)
 def _dr_grpo(batch):
     """Dr. GRPO: R - group mean on every valid turn."""
     return broadcast_turns(dr_grpo(_R(batch), batch.group), batch.turn_mask)
 
 
-@register_estimator("rloo", level="turn")
+@register_estimator("rloo", level="turn", grouped=True)
 def _rloo(batch, *, scale_by_std: bool = False):
     """RLOO / LOOP: R minus the mean of the other rollouts of the group."""
     return broadcast_turns(rloo(_R(batch), batch.group, scale_by_std=scale_by_std), batch.turn_mask)
@@ -226,11 +227,13 @@ def _reinforce_pp(batch, *, gamma: float = 1.0, kl_coef: float = 0.0):
     r = place_at_turn_end(batch.turn_reward, batch.turn_id, batch.policy_mask)       # (B, T)
     if kl_coef:
         ref = need(batch, "ref_logp", "reinforce_pp", " (needed when kl_coef != 0)")
-        r = r - kl_coef * (batch.old_logp - ref) * batch.policy_mask
+        kl = torch.where(batch.policy_mask, batch.old_logp - ref, 0.0)                   # (B, T) k1 per token
+        check_finite("old_logp - ref_logp (the KL reward of reinforce_pp)", kl)
+        r = r - kl_coef * kl
     return reinforce_pp(r, batch.policy_mask, gamma=gamma)
 
 
-@register_estimator("reinforce_pp_baseline", level="token")
+@register_estimator("reinforce_pp_baseline", level="token", grouped=True)
 def _reinforce_pp_baseline(batch):
     """REINFORCE++-baseline: R - group mean, whitened over all policy tokens."""
     return reinforce_pp_baseline(_R(batch), batch.group, batch.policy_mask)
@@ -244,19 +247,19 @@ def _remax(batch, *, baseline_reward: Optional[torch.Tensor] = None):
     return remax(batch.turn_reward, batch.turn_mask, baseline_reward)
 
 
-@register_estimator("opo", level="turn")
+@register_estimator("opo", level="turn", grouped=True)
 def _opo(batch):
     """OPO: R minus the policy-token-length-weighted group mean."""
     return broadcast_turns(opo(_R(batch), batch.group, batch.policy_mask.sum(1)), batch.turn_mask)
 
 
-@register_estimator("gpg", level="turn")
+@register_estimator("gpg", level="turn", grouped=True)
 def _gpg(batch, *, f_norm: float = 1.0):
     """GPG: (R - group mean) scaled by B / #non-zero returns."""
     return broadcast_turns(gpg(_R(batch), batch.group, f_norm=f_norm), batch.turn_mask)
 
 
-@register_estimator("grpo_passk", level="turn")
+@register_estimator("grpo_passk", level="turn", grouped=True)
 def _grpo_passk(batch, *, norm: bool = True, ddof: int = 1, eps: float = 1e-6):
     """Pass@k GRPO: the group's best rollout gets (R_max - R_second) / std, others 0."""
     return broadcast_turns(grpo_passk(_R(batch), batch.group, norm=norm, ddof=ddof, eps=eps), batch.turn_mask)

@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from ..batch import check_finite
 from .registry import register_estimator
 
 __all__ = ["gdpo", "optimal_token_baseline", "tir_optimal_token_baseline", "token_energy", "energy_baseline",
@@ -54,6 +55,7 @@ def gdpo(components: torch.Tensor, group: torch.Tensor, mask: torch.Tensor, *, w
     if components.dim() != 2 or components.shape[0] != mask.shape[0] or group.shape != (mask.shape[0],):
         raise ValueError(f"components must be (B, D), group (B,) and mask (B, T) with one B, got "
                          f"{tuple(components.shape)}, {tuple(group.shape)}, {tuple(mask.shape)}")
+    check_finite("components", components)
     r = components.to(torch.float64)                                            # (B, D)
     g, S = _groups(group)
     n = torch.bincount(g, minlength=S).to(r.dtype)[:, None]                     # (S, 1)
@@ -62,6 +64,7 @@ def gdpo(components: torch.Tensor, group: torch.Tensor, mask: torch.Tensor, *, w
     mean, std = torch.where(n > 1, mean, 0.0), torch.where(n > 1, std, 1.0)     # singleton: verl's GRPO rule
     A = (r - mean[g]) / (std[g] + eps)                                          # (B, D)
     w = torch.ones(r.shape[1], dtype=r.dtype) if weights is None else torch.as_tensor(weights, dtype=r.dtype)
+    check_finite("weights", w)
     m = mask.to(r.dtype)
     x = (A @ w.to(A.device))[:, None] * m                                       # (B, T)
     N = m.sum()
@@ -79,6 +82,10 @@ def token_energy(old_logp: torch.Tensor, sum_pi_sq: torch.Tensor, mask: torch.Te
     w = ||e_y - pi||^2 in [0, 2); with rollout IS weights rho, w <- w rho^2.
     Example: pi(y) [0.5, 1.0, 0.2], sum pi^2 [0.5, 1.0, 0.2], all masked -> w [0.5, 0, 0.8], W [0.5, 0.5, 1.3].
     """
+    check_finite("old_logp", old_logp, log_prob=True)
+    check_finite("sum_pi_sq", sum_pi_sq)
+    if is_weights is not None:
+        check_finite("is_weights", is_weights)
     w = 1.0 - 2.0 * torch.exp(old_logp) + sum_pi_sq                            # (B, T)
     w = w if is_weights is None else w * is_weights ** 2
     return (w * mask).cumsum(-1)

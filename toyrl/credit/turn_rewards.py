@@ -40,7 +40,7 @@ def mt_grpo(R: torch.Tensor, turn_signal: torch.Tensor, turn_mask: torch.Tensor,
     return (A_O[:, None] + lam * to_go) * turn_mask.to(R.dtype)
 
 
-@register_estimator("mt_grpo", level="turn")
+@register_estimator("mt_grpo", level="turn", grouped=True)
 def _mt_grpo(batch, *, lam: float = 1.0, ddof: int = 1, eps: float = 1e-4):
     """MT-GRPO: outcome GRPO + lam * turn-index-normalized turn signals to go (batch.turn_signal, else turn_reward)."""
     signal = batch.turn_signal if batch.turn_signal is not None else batch.turn_reward

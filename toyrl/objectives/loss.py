@@ -8,7 +8,10 @@ Dimension legend: B rollouts, T token positions, H turns.
 
 Pipeline (``policy_loss``, read top to bottom): d_t = logp - old_logp on the mask -> unit
 log-ratio at the level -> clamp -> exp -> the scheme's token loss -> optional importance weights
--> + kl_coef * KL(pi || ref) per token -> aggregate. Input checks live in ``check_loss_inputs``,
+-> + kl_coef * KL(pi || ref) per token -> aggregate. Input checks live in ``check_loss_inputs``
+(shapes; no rollouts; NaN / inf adv, NaN or +inf log-probs on the mask: ValueError naming the
+argument and the first (b, t)); -inf log-probs are floored (``ratios.floor_logp``) so the loss and
+its gradient stay finite for every scheme at every level;
 statistics in ``loss_stats``: scalars and the same statistics per turn index (H,) computed with
 scatter ops over the mask tokens; a turn index with no token gets clip fraction 0, approx KL 0
 and ratio min / max / mean 1 (check ``tokens_turn``).
@@ -17,11 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import turn_to_token
+from ..batch import check_finite, turn_to_token
 from ..segments import segment_count, segment_max, segment_min, segment_sum
 from .aggregate import agg_weights
 from .kl import kl_estimate
-from .ratios import LEVELS, clamp_log, log_ratio, token_log_ratio
+from .ratios import LEVELS, clamp_log, floor_logp, log_ratio, token_log_ratio
 from .schemes import CLIP_SCHEMES, LossContext
 
 __all__ = ["policy_loss", "loss_mask", "turn_stats", "check_loss_inputs", "loss_stats"]
@@ -79,11 +82,14 @@ def check_loss_inputs(logp, old_logp, adv, loss_mask, turn_id, *, H=None, adv_le
 
     ``adv`` is (B, T) token-level or (B, H) turn-level (broadcast by turn_id; when T == H it is read
     as token-level unless ``adv_level="turn"``); ``optional`` holds (B, T) tensors or None.
-    ValueErrors name the argument and the expected shape.
+    ValueErrors name the argument and the expected shape, or the first (b, t) on the mask where adv
+    (or is_weights) is NaN / +-inf, or a log-prob is NaN / +inf (-inf is allowed); B = 0 raises.
     """
     if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
         raise ValueError(f"logp must be a tensor of shape (B, T), got {getattr(logp, 'shape', type(logp).__name__)}")
     B, T = logp.shape
+    if B == 0:
+        raise ValueError(f"policy_loss got no rollouts (B = 0): logp has shape {tuple(logp.shape)}")
     for name, x in (("old_logp", old_logp), ("loss_mask", loss_mask), ("turn_id", turn_id)):
         _check(name, x, (B, T), "(B, T)")
     for name, x in optional.items():
@@ -106,6 +112,10 @@ def check_loss_inputs(logp, old_logp, adv, loss_mask, turn_id, *, H=None, adv_le
     if turn_id.numel() and int(turn_id.max()) >= H:
         raise ValueError(f"turn_id has values up to {int(turn_id.max())} but H={H}")
     adv_t = turn_to_token(adv, turn_id) if turn_adv else adv                    # (B, T)
+    check_finite("adv", adv_t, mask)
+    for name, x in (("logp", logp), ("old_logp", old_logp), *optional.items()):
+        if x is not None:
+            check_finite(name, x.detach(), mask, log_prob=name.endswith("logp"))
     return mask, turn_id, torch.where(mask, adv_t, torch.zeros_like(adv_t)).to(logp.dtype), H
 
 
@@ -176,6 +186,9 @@ def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *, ratio: str | None = 
     mask, turn_id, adv, H = check_loss_inputs(logp, old_logp, adv, loss_mask, turn_id, H=H, adv_level=adv_level,
                                               ref_logp=ref_logp, rollout_logp=rollout_logp, is_weights=is_weights)
     hyper = scheme.resolve(clip, {**(clip_kwargs or {}), **kw})
+    logp, old_logp = floor_logp(logp, mask), floor_logp(old_logp, mask)         # -inf -> LOGP_FLOOR, no NaN
+    ref_logp, rollout_logp = (None if x is None else floor_logp(x, mask) for x in (ref_logp, rollout_logp))
+    is_weights = None if is_weights is None else torch.where(mask, is_weights, 0.0)   # off the mask: no NaN gradient
 
     d = token_log_ratio(logp, old_logp, mask)                                   # (B, T) raw
     lr = log_ratio(logp, old_logp, mask, turn_id, level, H=H, straight_through=straight_through)

@@ -11,7 +11,9 @@ With the token log-ratio d_t = log pi(y_t) - log pi_old(y_t) on the loss-mask to
 
 Every unit-level ratio is broadcast back to the unit's tokens, so one (B, T) tensor serves every
 clipping scheme and the same advantage can be trained at each granularity. Exponentiation happens
-only after ``clamp_log`` (verl uses [-20, 20]), so log-ratios of any size stay finite.
+only after ``clamp_log`` (verl uses [-20, 20]), so log-ratios of any size stay finite. A log-prob
+may be -inf (a token the policy can no longer pick); ``floor_logp`` raises such values to
+``LOGP_FLOOR`` before any arithmetic, so d_t, its pools and every scheme stay finite.
 """
 from __future__ import annotations
 
@@ -20,9 +22,12 @@ import torch
 
 from ..batch import token_to_turn, turn_to_token
 
-__all__ = ["LEVELS", "token_log_ratio", "pool", "log_ratio", "clamp_log", "tis_weights", "check_like"]
+__all__ = ["LEVELS", "token_log_ratio", "pool", "log_ratio", "clamp_log", "tis_weights", "check_like", "floor_logp",
+           "LOGP_FLOOR"]
 
 LEVELS = ("token", "turn", "sequence", "trajectory")
+LOGP_FLOOR = -1e3
+"""lowest log-prob the loss computes with: e^-1000 is 0 in every float dtype (float64 ends near e^-745)"""
 _POOL = {"token": None, "turn": "mean", "sequence": "mean", "trajectory": "sum"}
 
 
@@ -87,6 +92,16 @@ def log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, tu
     if straight_through:
         unit = unit.detach() + torch.where(mask, logp - logp.detach(), torch.zeros_like(logp))
     return unit
+
+
+def floor_logp(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-probs safe for arithmetic: max(logp, LOGP_FLOOR) on the mask, exactly 0 off it (B, T).
+
+    -inf (or anything below the floor) becomes -1000 with zero gradient (clamp, so no where-gradient
+    NaN), so logp - old_logp, their unit means and -A logp are finite. Example: [-inf, -2., nan],
+    mask [T, T, F] -> [-1000., -2., 0.].
+    """
+    return torch.where(mask, logp.clamp(min=LOGP_FLOOR), torch.zeros_like(logp))
 
 
 def clamp_log(x: torch.Tensor, bounds: tuple[float, float] = (-20.0, 20.0)) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Optional
 
 from .toy import PRESETS
 
-__all__ = ["build_policy", "policy_names", "is_policy_name"]
+__all__ = ["build_policy", "policy_names", "is_policy_name", "check_policy_name"]
 
 PRESETS_MAX_LEN = 192
 """the smallest context a toy preset gets"""
@@ -29,19 +29,46 @@ def policy_names() -> list[str]:
     return sorted(PRESETS) + ["tinylm", "tinylm:scratch", "tinylm:PATH", "hf:PATH"]
 
 
-def is_policy_name(name: str) -> bool:
-    """True if ``build_policy`` knows ``name`` (for ``tinylm:PATH`` / ``hf:PATH``: PATH exists locally)."""
+def check_policy_name(name: str) -> None:
+    """ValueError saying what is wrong with the policy name ``name``, if anything: an unknown name
+    (with the valid ones), or a ``tinylm:PATH`` / ``hf:PATH`` whose PATH does not exist locally (for
+    ``hf:``, also a PATH that is not a model directory with a ``config.json``).
+
+    Example: "hf:/no/such/dir" -> "policy 'hf:/no/such/dir': path /no/such/dir does not exist".
+    """
     if not isinstance(name, str):
-        return False
+        raise ValueError(f"policy must be a name (str), got {name!r}")
     if name in PRESETS or name == "tinylm:scratch":
-        return True
+        return
     if name == "tinylm":
         from .tinylm import DEFAULT_CHECKPOINT
-        return DEFAULT_CHECKPOINT.exists()
+        if not DEFAULT_CHECKPOINT.exists():
+            raise ValueError(f"policy 'tinylm': the shipped checkpoint {DEFAULT_CHECKPOINT} does not exist "
+                             "(make it with `toyrl pretrain`)")
+        return
     for prefix in ("tinylm:", "hf:"):
         if name.startswith(prefix) and len(name) > len(prefix):
-            return Path(name[len(prefix):]).expanduser().exists()
-    return False
+            path = Path(name[len(prefix):]).expanduser()
+            if not path.exists():
+                raise ValueError(f"policy {name!r}: path {path} does not exist")
+            if prefix == "tinylm:" and path.is_dir():
+                raise ValueError(f"policy {name!r}: path {path} is a directory, not a TinyLM checkpoint file "
+                                 "(written by `toyrl pretrain --out PATH`)")
+            if prefix == "hf:" and not (path / "config.json").is_file():
+                what = "is not a directory" if not path.is_dir() else "has no config.json"
+                raise ValueError(f"policy {name!r}: path {path} {what} (hf:PATH needs a local Hugging Face model "
+                                 "directory: config.json, the weights and the tokenizer files)")
+            return
+    raise ValueError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}")
+
+
+def is_policy_name(name: str) -> bool:
+    """True if ``build_policy`` knows ``name`` (``check_policy_name`` finds nothing wrong with it)."""
+    try:
+        check_policy_name(name)
+    except ValueError:
+        return False
+    return True
 
 
 def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 0, think_min: int = 0, seed=None,

@@ -11,6 +11,10 @@ mask (``position_ids``), a token is scored by the logits of the previous real po
 ``allowed`` mask (None for text policies) travels with the tokens. Generation prefills the context
 once and then feeds one token at a time through the model's own KV cache (``past_key_values``),
 which persists across turns (``HFPast``): the next turn feeds only the environment's new tokens.
+Positions count real tokens only (cache slots of padding take none), and a call that would need more
+than the model's ``n_positions`` / ``max_position_embeddings`` (``position_limit``) raises a
+ValueError up front instead of an IndexError in the position embeddings; the trainer checks the
+whole episode before the first rollout (``toyrl.policies.limits.check_context``).
 
 The model is loaded with ``local_files_only=True``: the path must exist on disk (no hub download at
 run time). ``lora={"r": 8, "alpha": 16}`` wraps the model in LoRA adapters with ``peft`` when it is
@@ -117,12 +121,30 @@ class HFPolicy(torch.nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def position_limit(self) -> Optional[Tuple[str, int]]:
+        """(config field, value) of the most positions the model reads (``n_positions`` of GPT-2,
+        ``max_position_embeddings`` of most others), None if its config names none."""
+        cfg = self.model.config
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        for name in ("n_positions", "max_position_embeddings", "n_ctx", "seq_length"):
+            if isinstance(getattr(cfg, name, None), int):
+                return name, int(getattr(cfg, name))
+        return None
+
+    def _check_positions(self, n: int, what: str) -> None:
+        """ValueError (not an IndexError deep in the position embeddings) if ``n`` positions outgrow the model."""
+        limit = self.position_limit()
+        if limit is not None and n > limit[1]:
+            raise ValueError(f"HFPolicy: {what} needs {n} positions, more than the model holds "
+                             f"({limit[0]}={limit[1]}); use a shorter context (--context last_k) or fewer reply tokens")
+
     def _autocast(self):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def _forward(self, tokens: Tensor, mask: Tensor, **kw):
+        self._check_positions(int(mask.sum(1).max()) if mask.numel() else 0, "a sequence")
         tokens = tokens.masked_fill(~mask, self.pad_id)
         with self._autocast():
             return self.model(input_ids=tokens, attention_mask=mask.long(), position_ids=positions_from_mask(mask),
@@ -171,6 +193,8 @@ class HFPolicy(torch.nn.Module):
             raise ValueError(f"need max_new >= 1 and temperature > 0, got {max_new}, {temperature}")
         dev = context.device
         stops = None if stop_token is None else torch.as_tensor(stop_token, device=dev).reshape(-1)
+        n_ctx = int((context_mask.sum(1) + (0 if past is None else past.n_real + past.pending_mask.sum(1))).max())
+        self._check_positions(n_ctx + max_new - 1, f"a context of {n_ctx} tokens + {max_new} new")   # last fed: N - 1
         cache, attn, n_real, logits = self._prefill(context, context_mask.bool(), past)
         buf = Decode.empty(logits.shape[0], max_new, self.pad_id, dev)                    # (B, N) buffers
         for t in range(max_new):

@@ -33,8 +33,9 @@ import torch
 from ..textcodec import TextCodec, TextExpert, WordTokenizer
 from .toy import ToyTransformer, ToyTransformerConfig
 
-__all__ = ["TinyLM", "TINYLM_PRESET", "DEFAULT_CHECKPOINT", "PRETRAIN_ENVS", "build_tokenizer", "bc_examples",
-           "pretrain", "greedy_success", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel", "main"]
+__all__ = ["TinyLM", "TINYLM_PRESET", "DEFAULT_CHECKPOINT", "PRETRAIN_ENVS", "PRETRAIN_CONTEXT", "build_tokenizer",
+           "bc_examples", "pretrain", "greedy_success", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm",
+           "reply_panel", "main"]
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_CHECKPOINT = DATA / "checkpoints" / "tinylm.pt"
@@ -43,6 +44,9 @@ TINYLM_PRESET = dict(d_model=64, n_layer=2, n_head=4, max_len=1024)
 # MockSearch with 4 distractor sentences a result (~60 words, ~150 tokens): the passages the shipped
 # checkpoint was trained on; its default 200-word passages outgrow TinyLM's 1024-token context
 PRETRAIN_ENVS = {"gridworld": {"size": 4, "max_turns": 10}, "mock_search": {"noise_sentences": 4}}
+PRETRAIN_CONTEXT = {"context": "last_k", "context_k": 1}
+"""what the BC data's turns read (the prompt and the last turn); saved in the checkpoint's meta, and the
+context a run of the checkpoint gets unless its TrainConfig names one (``TinyLM.trained_context``)"""
 
 
 def build_tokenizer() -> WordTokenizer:
@@ -90,6 +94,12 @@ class TinyLM(ToyTransformer):
     def codec(self, **kw) -> TextCodec:
         """The TextCodec matching this model: compact renders, "> " prompts, replies end at "]"."""
         return TextCodec(self.tokenizer, **{"max_new": 8, **kw})
+
+    @property
+    def trained_context(self) -> Optional[tuple]:
+        """(context, context_k) the checkpoint was trained with (its meta), None if it does not say."""
+        meta = getattr(self, "meta", None) or {}
+        return (meta["context"], int(meta.get("context_k", 1))) if meta.get("context") else None
 
     def save(self, path, meta: Optional[dict] = None) -> Path:
         """Weights (fp16, a few MB at most), config, vocabulary and ``meta`` in one torch file."""
@@ -159,7 +169,8 @@ def pretrain(model: TinyLM, *, steps: int = 1000, batch_size: int = 64, lr: floa
     envs = PRETRAIN_ENVS if envs is None else envs
     repeats = {"mock_search": 8, **(repeats or {})}
     codec = model.codec()
-    data = [bc_examples(env, codec, env_kwargs=kw, repeats=repeats.get(env, 1), seed=seed) for env, kw in envs.items()]
+    data = [bc_examples(env, codec, env_kwargs=kw, repeats=repeats.get(env, 1), seed=seed, **PRETRAIN_CONTEXT)
+            for env, kw in envs.items()]
     sizes = [batch_size if max(len(c) + len(g) for c, g in ex) <= 96 else batch_size // 2 for ex in data]
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -312,7 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     meta = {"command": "toyrl pretrain " + " ".join(sys.argv[1:] if argv is None else argv), "steps": a.steps,
             "final_loss": float(np.mean(losses[-50:])), "minutes": minutes, "cpu_minutes": cpu_minutes,
             "threads": torch.get_num_threads(), "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-            **evals}
+            **PRETRAIN_CONTEXT, **evals}
     path = TinyLM.save(model, a.out, meta)
     print(f"saved {path} ({path.stat().st_size / 1e6:.2f} MB) after {minutes:.1f} min: " +
           ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in meta.items()))

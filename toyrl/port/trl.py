@@ -90,7 +90,7 @@ def _loss(cfg, bad: list) -> dict:
 
 def _unsupported(cfg, bad: list) -> None:
     checks = [(cfg.filters, f"filters={cfg.filters!r}"), (not cfg.mask_env_tokens, "mask_env_tokens=False"),
-              (cfg.context != "full", f"context={cfg.context!r}"), (cfg.rollout != "independent",
+              (cfg.context not in (None, "full"), f"context={cfg.context!r}"), (cfg.rollout != "independent",
                                                                     f"rollout={cfg.rollout!r}"),
               (cfg.kl is not None and cfg.kl != "k3" and cfg.kl_coef, f"kl={cfg.kl!r} (TRL's KL is k3)"),
               (cfg.staleness, f"staleness={cfg.staleness}"), (cfg.critic, "critic=True"),

@@ -30,8 +30,10 @@ from .prototype import RUNS_DIR, arms_figure, final_mean, sweep_to
 
 __all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "weights_panel",
            "grid_config", "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "agg_panel", "precompute",
-           "KEYS"]
+           "KEYS", "SETTING"]
 
+SETTING = "GridWorld 4x4, P=4 x G=8"
+"""the setting of this notebook's sweeps (``grid_config``), named in its figure titles"""
 KEYS = ("reward_mean", "success_rate", "turns_per_episode", "zero_var_frac", "clip_frac", "grad_norm")
 
 
@@ -69,13 +71,15 @@ def advantage_mass(G: int = 8, norms=("grpo", "dr_grpo", "rloo")) -> dict:
 def plot_token_weights(lengths, ax=None):
     """Per-token weight vs rollout length under token-mean and seq-mean-token-mean."""
     import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.2))[1]
+    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.4), layout="constrained")[1]
     lengths = np.asarray(lengths)
     order = np.argsort(lengths)
     for mode in ("token-mean", "seq-mean-token-mean"):
         ax.plot(lengths[order], token_weights(lengths, mode)[order], "o-", label=mode)
     ax.set_xlabel("rollout length |o_i| (policy tokens)")
     ax.set_ylabel("weight of one of its tokens")
+    ax.set_title(f"token weights of a batch of {len(lengths)} rollouts, lengths {', '.join(map(str, lengths))}",
+                 fontsize=10)
     ax.legend(fontsize=8)
     return ax
 
@@ -83,11 +87,12 @@ def plot_token_weights(lengths, ax=None):
 def plot_advantage_mass(G: int = 8, ax=None):
     """Total |A| per group vs number of successes k for GRPO, Dr. GRPO and RLOO."""
     import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.2))[1]
+    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.4), layout="constrained")[1]
     for name, m in advantage_mass(G).items():
         ax.plot(np.arange(G + 1), m, "o-", label=name)
     ax.set_xlabel(f"successes k out of G = {G}")
     ax.set_ylabel("sum_i |A_i| in the group")
+    ax.set_title(f"advantage mass of one group of G = {G} binary outcomes", fontsize=10)
     ax.legend(fontsize=8)
     return ax
 
@@ -96,7 +101,7 @@ def weights_panel(short: int = 3, long: int = 24, G: int = 8):
     """Notebook 8's weights widget: ``plot_token_weights`` of lengths (short, midpoint, long) beside
     ``plot_advantage_mass(G)``."""
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), layout="constrained")
     plot_token_weights([short, (short + long) // 2, long], ax=axes[0])
     plot_advantage_mass(G, ax=axes[1])
     return fig
@@ -144,8 +149,9 @@ def granularity_table(sweep: dict, arms=("LOOP token", "LOOP turn", "LOOP trajec
 
 
 def plot_agg_panel(sweep: dict, key: str = "turns_per_episode", arms=None, smooth_w: int = 5):
-    """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds)."""
-    return arms_figure(sweep, key, arms, smooth_w)
+    """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds), titled with the setting
+    (loop.json's random-maps arms: random 4x4 lakes instead of the fixed map)."""
+    return arms_figure(sweep, key, arms, smooth_w, setting=SETTING)
 
 
 def agg_panel(sweeps: dict, sweep: str = "", metric: str = "turns_per_episode", smooth: int = 5):

@@ -22,11 +22,14 @@ import torch
 
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
+from .plots import legend
 from .prototype import arms_figure, sweep_precompute
 
-__all__ = ["grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "bias_panel", "context_arms",
-           "plot_context_panel", "precompute", "KEYS"]
+__all__ = ["SETTING", "grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "bias_figure", "bias_panel",
+           "context_arms", "plot_context_panel", "precompute", "KEYS"]
 
+SETTING = "GridWorld 4x4 (16 turns max)"
+"""the setting of this notebook's batches and sweep (``grid_config``), named in its figure titles"""
 KEYS = ("reward_mean", "success_rate", "ratio_max", "ratio_min", "clip_frac", "approx_kl", "tokens_generated")
 
 
@@ -74,27 +77,40 @@ def bias_slope(res: dict, min_rows: int = 8) -> float:
 
 
 def plot_ratio_bias(res: dict, ax=None, title: str = ""):
-    """Bars: mean |log rho| per turn index, matched vs flat; the row count on a second axis."""
+    """Bars: mean |log rho| per turn index, matched vs flat; the row count on a second axis (its line in the
+    same legend)."""
     import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.2))[1]
+    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.4), layout="constrained")[1]
     H = len(res["flat"])
     x = np.arange(H)
     ax.bar(x - 0.2, res["matched"], 0.4, label="matched recompute")
     ax.bar(x + 0.2, res["flat"], 0.4, label="flat recompute (full history)")
     ax.set_xlabel("turn index k")
-    ax.set_ylabel("mean |log ratio| before any update")
-    ax.set_title(title or "ratio bias per turn index")
+    ax.set_ylabel("mean |log ratio|\nbefore any update")
+    ax.set_title(title or f"{SETTING}: ratio bias per turn index", fontsize=10)
     tw = ax.twinx()
-    tw.plot(x, res["turns"], "k:", lw=1, label="rows with turn k")
-    tw.set_ylabel("rows")
-    ax.legend(loc="upper left", fontsize=8)
+    tw.plot(x, res["turns"], "k:", lw=1, label="rows with turn k (right axis)")
+    tw.set_ylabel("rows reaching turn k")
+    legend(ax, tw, loc="upper left", fontsize=8)
     return ax
+
+
+def bias_figure(results: dict, seed: int = 0):
+    """One ``plot_ratio_bias`` panel per context ({context: ratio_bias_per_turn(context, k)}), side by side
+    under a title naming the setting (notebook 5's first figure)."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 3.6), layout="constrained", squeeze=False)
+    for ax, (ctx, res) in zip(axes[0], results.items()):
+        plot_ratio_bias(res, ax=ax, title=f"context={ctx}, k=1")
+    fig.suptitle(f"{SETTING}, untrained policy, seed {seed}: bias of the flat recompute per turn", fontsize=10)
+    return fig
 
 
 def bias_panel(context: str = "summary", context_k: int = 1, seed: int = 0):
     """Notebook 5's widget: ``plot_ratio_bias`` of a fresh batch, the title naming ``bias_slope``."""
     r = ratio_bias_per_turn(context, context_k, seed=seed)
     ax = plot_ratio_bias(r, title=f"context={context}, k={context_k}: slope {bias_slope(r):+.4f} per turn")
+    ax.figure.suptitle(f"{SETTING}, untrained policy, seed {seed}", fontsize=10)
     return ax.figure
 
 
@@ -108,8 +124,9 @@ def context_arms(steps: int = 40) -> dict:
     }
 
 
-plot_context_panel = arms_figure
-"""the learning curves of the sweep: ``arms_figure(sweep, key, arms, smooth_w)``"""
+def plot_context_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5):
+    """The learning curves of the sweep: ``arms_figure`` titled with this notebook's setting."""
+    return arms_figure(sweep, key, arms, smooth_w, setting=SETTING + ", P=4 x G=8")
 
 precompute = sweep_precompute("context/mismatch.json", context_arms, KEYS, 40, "toyrl.viz.context")
 

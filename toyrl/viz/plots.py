@@ -5,6 +5,8 @@ state, so a widget callback is ``fig = f(**slider_values)`` and a test can call 
 
     fig = plot_log(log, ["reward_mean", "reward_std"])       # one panel per key, step on the x axis
     heatmap(ax, adv_BH, mask_BH, title="GRPO")               # turns x trajectories, symmetric colours
+    ax.set_ylabel(label("success_rate"))                      # "success rate": a run-log key as an axis label
+    legend(ax, twin)                                          # one entry per label; a line and its band share one
 """
 from __future__ import annotations
 
@@ -14,14 +16,49 @@ from typing import Callable, Optional, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["KINDS", "KIND_COLORS", "new_figure", "heatmap", "plot_log", "smooth", "as_numpy", "log_columns",
-           "mark_steps", "bind"]
+__all__ = ["KINDS", "KIND_COLORS", "METRIC_LABELS", "label", "legend", "new_figure", "heatmap", "plot_log", "smooth",
+           "as_numpy", "log_columns", "mark_steps", "compare_runs", "bind"]
 
 #: token kinds of a flat multi-turn sequence, in the order of their integer codes
 KINDS = ("pad", "prompt", "think", "action", "void", "obs")
 #: one colour per kind: policy tokens warm (think / action / void), environment tokens cool
 KIND_COLORS = {"pad": "#ffffff", "prompt": "#9e9e9e", "think": "#f4a261", "action": "#e76f51",
                "void": "#6d214f", "obs": "#2a9d8f"}
+
+
+#: run-log keys whose readable name is not the key with spaces (units where there are units)
+METRIC_LABELS = {"tokens_generated": "tokens generated per step", "turns_per_episode": "turns per episode",
+                 "obs_token_rate": "observation-token rate", "zero_var_frac": "zero-variance group fraction",
+                 "clip_frac": "clip fraction", "approx_kl": "approx. KL (nats)", "entropy": "entropy (nats)",
+                 "ratio_max": "max importance ratio", "ratio_min": "min importance ratio",
+                 "reward_mean": "mean reward", "reward_std": "within-group reward std", "grad_norm": "gradient norm",
+                 "void_turn_rate": "void-turn rate", "critic_loss": "critic loss (MSE)",
+                 "text_template_H": "template entropy H (nats)", "text_template_MI": "MI(template; task) (nats)",
+                 "repetition_rate": "repeated-reply rate"}
+
+
+def label(key: str) -> str:
+    """A run-log key as an axis label or title: ``METRIC_LABELS`` or the key with spaces.
+
+    Example: label("success_rate") -> "success rate"; label("tokens_generated") -> "tokens generated per step".
+    """
+    return METRIC_LABELS.get(key, key.replace("_", " "))
+
+
+def legend(ax, *twins, **kw):
+    """``ax.legend`` over the labelled artists of ``ax`` and its ``twins``, one entry per label: artists that
+    share a label (a mean line and its ``fill_between`` band) share the entry, drawn as the band's patch with
+    the line over it, so every band is in the legend. Returns the Legend (None when nothing is labelled)."""
+    from matplotlib.legend_handler import HandlerTuple
+    from matplotlib.lines import Line2D
+    by: dict = {}
+    for a in (ax, *twins):
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            by.setdefault(lab, []).append(h)
+    if not by:
+        return None
+    handles = [v[0] if len(v) == 1 else tuple(sorted(v, key=lambda h: isinstance(h, Line2D))) for v in by.values()]
+    return ax.legend(handles, list(by), handler_map={tuple: HandlerTuple(ndivide=1)}, **kw)
 
 
 def as_numpy(x) -> np.ndarray:
@@ -113,8 +150,9 @@ def plot_log(log, keys: Sequence[str], *, window: int = 1, ncols: int = 4, marks
         ax.plot(step, y, color="#bbbbbb", lw=0.8)
         if window > 1:
             ax.plot(step, smooth(y, window), color="#1d3557", lw=1.6)
-        ax.set_title(k, fontsize=9)
+        ax.set_title(label(k), fontsize=9)
         ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel(label(k), fontsize=8)
         ax.tick_params(labelsize=7)
         if marks:
             mark_steps(ax, marks)
@@ -126,12 +164,39 @@ def plot_log(log, keys: Sequence[str], *, window: int = 1, ncols: int = 4, marks
     return fig
 
 
+def compare_runs(logs: dict, keys: Sequence[str], *, title: str, labels: Optional[dict] = None, width: float = 4.6,
+                 height: float = 3.2):
+    """One panel per run-log key, one line per named run ({name: RunLog or rows}), against the step; each
+    panel titled and y-labelled by ``label(key)``, with its own legend; ``title`` names the setting.
+
+        compare_runs({"bc": rows_a, "scratch": rows_b}, ["success_rate", "void_turn_rate"], title="GridWorld 4x4")
+    """
+    fig, axes = new_figure(1, len(keys), width=width, height=height, layout="constrained")
+    for ax, k in zip(axes.flat, keys):
+        for name, log in logs.items():
+            ax.plot(log_columns(log, [k])[k], label=(labels or {}).get(name, name))
+        ax.set_title(label(k), fontsize=9)
+        ax.set_xlabel("RL step", fontsize=8)
+        ax.set_ylabel(label(k), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def bind(fn: Callable, *data, **fixed) -> partial:
     """``functools.partial(fn, *data, **fixed)`` carrying ``fn``'s name: a widget callback that gets its data
     as arguments instead of reading notebook globals (ipywidgets' ``interactive`` needs the name).
 
         widgets.interactive(bind(curve_panel, sweep), metric=["success_rate", "grad_norm"], smooth=(1, 10))
+
+    The callback's signature (what ``interactive`` turns into widgets) leaves out the ``fixed`` arguments and
+    ``fn``'s keyword-only parameters: those are settings (a figure's ``setting`` title), never widgets.
     """
+    import inspect
     p = partial(fn, *data, **fixed)
     p.__name__ = fn.__name__
+    sig = inspect.signature(p)
+    p.__signature__ = sig.replace(parameters=[q for q in sig.parameters.values()
+                                              if q.name not in fixed and q.kind is not q.KEYWORD_ONLY])
     return p

@@ -28,14 +28,17 @@ from ..credit import ESTIMATORS, register_estimator, token_advantages
 from ..port.verl_credit import batch_from_verl
 from ..port.verl_loader import load_core_algos
 from ..train import TrainConfig, train
+from .plots import label, legend
 
 __all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "sweep_precompute", "load_sweep", "curve_stats",
            "final_mean", "smooth", "arm_curves", "draw_curves", "arms_figure", "curve_panel", "verl_estimator",
            "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute", "toy_verl_inputs",
-           "plot_compare"]
+           "plot_compare", "SETTING"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs"
 """where precomputed sweeps live: data/runs/<topic>/<name>.json"""
+SETTING = "BanditChain (fixed layout), P=4 x G=8"
+"""the setting of notebook 10's sweep (``prototype_arms``), named in its figure titles"""
 
 
 # ---- comparing arms on the same seeds ---------------------------------------------------------
@@ -124,46 +127,54 @@ def curve_stats(rows, w: int = 1) -> tuple[np.ndarray, np.ndarray]:
 
 
 def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "step") -> dict:
-    """The data of a sweep panel: {arm: {"x", "mean", "se"}}, each (N,), for the chosen arms that logged ``key``.
+    """The data of a sweep panel: {arm: {"x", "mean", "se", "n"}} (each (N,), ``n`` the seed count), for the
+    chosen arms that logged ``key``.
 
     ``mean`` / ``se``: mean and standard error over seeds after smoothing (``curve_stats``); ``x``:
     the step index, or with ``x="tokens"`` the cumulative mean ``tokens_generated`` (an equal-budget axis).
-    Example: {"a": {"r": [[0., 1.], [2., 3.]]}}, "r" -> {"a": {"x": [0, 1], "mean": [1., 2.], "se": [.71, .71]}}.
+    Example: {"a": {"r": [[0., 1.], [2., 3.]]}}, "r" -> {"a": {"x": [0, 1], "mean": [1., 2.], "se": [.71, .71], "n": 2}}.
     """
     out = {}
     for name in arms or sweep:
         if key in sweep[name]:
             m, se = curve_stats(sweep[name][key], smooth_w)
             xs = np.arange(len(m)) if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
-            out[name] = {"x": xs, "mean": m, "se": se}
+            out[name] = {"x": xs, "mean": m, "se": se, "n": len(sweep[name][key])}
     return out
 
 
-def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "step"):
-    """Draw ``arm_curves``' output on ``ax``: one line per arm (labelled by arm) and its +- s.e. band."""
+def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "step", ylabel: str = ""):
+    """Draw ``arm_curves``' output on ``ax``: one line per arm (labelled by arm) and its +- s.e. band, which
+    shares the arm's legend entry (``plots.legend``; the legend's title says what the band is)."""
     for name, c in curves.items():
-        ax.plot(c["x"], c["mean"], label=name)
-        ax.fill_between(c["x"], c["mean"] - c["se"], c["mean"] + c["se"], alpha=0.2)
+        line, = ax.plot(c["x"], c["mean"], label=name)
+        ax.fill_between(c["x"], c["mean"] - c["se"], c["mean"] + c["se"], alpha=0.2, color=line.get_color(),
+                        label=name)
+    n = sorted({c["n"] for c in curves.values()})
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    legend(ax, fontsize=8, title=f"mean, band +-1 s.e. over {'/'.join(map(str, n))} seeds", title_fontsize=8)
     return ax
 
 
-def arms_figure(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step"):
+def arms_figure(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step",
+                setting: str = ""):
     """Widget panel: ``key`` over steps (or cumulative tokens, ``x="tokens"``) for the chosen arms of a
-    sweep (mean +- s.e. over seeds); arms that did not log ``key`` are left out."""
+    sweep (mean +- s.e. over seeds); arms that did not log ``key`` are left out. The title names the
+    ``setting`` (e.g. "GridWorld 4x4, GRPO, P=4 x G=8") and the metric."""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), key,
-                "step" if x == "step" else "tokens generated (cumulative)")
+    fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
+    what = label(key) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")
+    draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), f"{setting}: {what}" if setting else what,
+                "step" if x == "step" else "tokens generated (cumulative)", label(key))
     return fig
 
 
-def curve_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5):
-    """The notebooks' learning-curve widget: ``arms_figure`` of every arm, by the widget's names.
-    Bind the sweep, not a global: ``interactive(bind(curve_panel, sweep), metric=[...], smooth=(1, 10))``."""
-    return arms_figure(sweep, metric, None, smooth)
+def curve_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5, *, setting: str = ""):
+    """The notebooks' learning-curve widget: ``arms_figure`` of every arm, by the widget's names. Bind the
+    sweep (and its setting), not a global: ``interactive(bind(curve_panel, sweep, setting="..."), metric=[...])``."""
+    return arms_figure(sweep, metric, None, smooth, setting=setting)
 
 
 def final_mean(rows, last: int = 10) -> tuple[float, float]:
@@ -173,17 +184,18 @@ def final_mean(rows, last: int = 10) -> tuple[float, float]:
     return float(np.mean(per_seed)), float(np.std(per_seed))
 
 
-def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, arms=None, title: str = ""):
-    """Mean +- s.e. over seeds of ``key`` for each arm; returns the axes."""
+def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, arms=None, title: str = "",
+                 setting: str = SETTING):
+    """Mean +- s.e. over seeds of ``key`` for each arm; the default title names ``setting``; returns the axes."""
     import matplotlib.pyplot as plt
     if ax is None:
-        ax = plt.subplots(figsize=(6, 3.2))[1]
-    draw_curves(ax, arm_curves(sweep, key, arms, w), title or f"{key} (mean +- s.e. over seeds, window {w})")
-    ax.set_ylabel(key)
+        ax = plt.subplots(figsize=(6, 3.4), layout="constrained")[1]
+    what = f"{label(key)} ({w}-step mean)"
+    draw_curves(ax, arm_curves(sweep, key, arms, w), title or (f"{setting}: {what}" if setting else what), "step",
+                label(key))
     return ax
 
 
-# ---- an example prototype: leave-one-out per turn ---------------------------------------------
 def loo_turn(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,
              gamma: float = 0.95) -> torch.Tensor:
     """Leave-one-out baseline on discounted turn returns (an example prototype, not a paper) -> (B, H).

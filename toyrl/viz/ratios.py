@@ -25,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from matplotlib.ticker import NullFormatter
 
 from ..credit import ESTIMATORS
 from ..diagnostics import grad_norm_per_turn
@@ -34,10 +35,10 @@ from ..policies.factory import build_policy
 from ..demos import ScriptedPolicy
 from ..rollout import Episode, play, recompute_logp, to_rollout
 from .credit import noisy_expert
-from .plots import new_figure
+from .plots import legend, new_figure
 
 __all__ = ["RATIO_ENVS", "EPS_KEYS", "scaled_clip_kwargs", "stale_setup", "ratio_stats", "compare_schemes",
-           "compare_masking", "ratio_panel", "plot_schemes"]
+           "compare_masking", "setting_name", "ratio_panel", "plot_schemes"]
 
 #: small settings (MockSearch: every passage word is an observation token, as in a real tool output)
 RATIO_ENVS = {"mock_search": {"noise_sentences": 3, "max_turns": 3, "token_view": "word"},
@@ -175,12 +176,21 @@ def compare_masking(staleness: int = 2, env: str = "mock_search", seed: int = 0)
             for name, m in (("masked", True), ("unmasked", False))}
 
 
+def setting_name(env: str = "mock_search", staleness: int = 2, seed: int = 0) -> str:
+    """The setting a ratio figure names: env (with its ``RATIO_ENVS`` size), staleness, seed.
+
+    Example: setting_name("gridworld", 3) -> "GridWorld 4x4, 4 prompts x 4 rollouts, staleness 3, seed 0".
+    """
+    name = {"mock_search": "MockSearch", "gridworld": "GridWorld 4x4"}.get(env, env)
+    return f"{name}, 4 prompts x 4 rollouts, staleness {staleness}, seed {seed}"
+
+
 def ratio_panel(level: str = "token", clip: str = "ppo", eps_scale: float = 1.0, staleness: int = 2,
                 mask_env: bool = True, env: str = "mock_search", seed: int = 0):
     """The widget figure: log-ratio histogram (policy vs env tokens), ratio extremes and clip fraction
-    per turn index, gradient norm per turn index."""
+    per turn index, gradient norm per turn index; the title names the setting and the scheme."""
     s = ratio_stats(env, level, clip, eps_scale, staleness, mask_env, seed=seed)
-    fig, axes = new_figure(1, 3, width=3.6, height=3.0)
+    fig, axes = new_figure(1, 3, width=3.9, height=3.2, layout="constrained")
     lr = np.log(np.clip(s["ratio"], 1e-30, None))
     pol, envm = s["mask"] & s["policy"], s["mask"] & ~s["policy"]
     ax = axes[0, 0]
@@ -190,6 +200,7 @@ def ratio_panel(level: str = "token", clip: str = "ppo", eps_scale: float = 1.0,
         ax.hist(lr[envm], bins=bins, color="#2a9d8f", alpha=0.6, label=f"env tokens ({envm.sum()})")
     ax.set_yscale("log")
     ax.set_xlabel(f"log {level} ratio", fontsize=8)
+    ax.set_ylabel("loss tokens (log scale)", fontsize=8)
     ax.set_title(f"staleness {staleness}: ratio in [{s['ratio_min']:.2f}, {s['ratio_max']:.2f}]", fontsize=9)
     ax.legend(fontsize=7)
     H = len(s["ratio_max_turn"])
@@ -197,29 +208,44 @@ def ratio_panel(level: str = "token", clip: str = "ppo", eps_scale: float = 1.0,
     ax.semilogy(range(H), s["ratio_max_turn"], "o-", color="#c0392b", label="max ratio")
     ax.semilogy(range(H), np.clip(s["ratio_min_turn"], 1e-6, None), "o-", color="#2c3e50", label="min ratio")
     ax2 = ax.twinx()
-    ax2.bar(range(H), s["clip_frac_turn"], alpha=0.25, color="#8e44ad", label="clip frac")
+    ax2.bar(range(H), s["clip_frac_turn"], alpha=0.25, color="#8e44ad", label="clip fraction (right axis)")
     ax2.set_ylim(0, 1)
+    ax2.set_ylabel("clip fraction", fontsize=8)
+    ax.set_zorder(ax2.get_zorder() + 1)                                        # lines over the bars
+    ax.patch.set_visible(False)
     ax.set_xlabel("turn index", fontsize=8)
+    ax.set_ylabel(f"{level} ratio (log scale)", fontsize=8)
     ax.set_title(f"{clip} (x{eps_scale} width): clip frac {s['clip_frac']:.2f}", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
+    legend(ax, ax2, fontsize=7, loc="upper left")
     ax = axes[0, 2]
     ax.bar(range(H), s["grad_norm_turn"], color="#457b9d")
     ax.set_xlabel("turn index", fontsize=8)
+    ax.set_ylabel("gradient norm of the turn's loss", fontsize=8)
     ax.set_title(f"grad norm per turn (total {s['grad_norm']:.3f})", fontsize=9)
-    fig.tight_layout()
+    for a in (*axes.flat, ax2):
+        a.tick_params(labelsize=7)
+        a.yaxis.set_minor_formatter(NullFormatter())                           # log axes: decades only
+    fig.suptitle(f"{setting_name(env, staleness, seed)}: {level} ratio, {clip} clip, env tokens "
+                 f"{'masked' if mask_env else 'in the loss'}", fontsize=10)
     return fig
 
 
-def plot_schemes(stats: dict):
-    """Bars per clip scheme: share of loss tokens that still pass a gradient, and the grad norm."""
+def plot_schemes(stats: dict, setting: str = ""):
+    """Horizontal bars per clip scheme (so long names never collide): share of loss tokens that still pass a
+    gradient, and the grad norm; ``setting`` (e.g. ``setting_name(env, staleness)``) goes in the title."""
     names = list(stats)
-    fig, axes = new_figure(1, 2, width=3.8, height=2.8)
-    axes[0, 0].bar(names, [stats[n]["grad_token_frac"] for n in names], color="#2a9d8f")
-    axes[0, 0].set_title("loss tokens with a gradient", fontsize=9)
-    axes[0, 0].set_ylim(0, 1.05)
-    axes[0, 1].bar(names, [stats[n]["grad_norm"] for n in names], color="#e76f51")
-    axes[0, 1].set_title("gradient norm", fontsize=9)
-    for ax in axes.flat:
+    fig, axes = new_figure(1, 2, width=4.2, height=0.35 * len(names) + 1.6, layout="constrained")
+    y = np.arange(len(names))
+    for ax, key, color, xlabel in ((axes[0, 0], "grad_token_frac", "#2a9d8f", "share of loss tokens"),
+                                   (axes[0, 1], "grad_norm", "#e76f51", "gradient norm")):
+        ax.barh(y, [stats[n][key] for n in names], color=color)
+        ax.set_yticks(y, names)
+        ax.invert_yaxis()                                                      # first scheme on top
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel("clip scheme", fontsize=8)
         ax.tick_params(labelsize=8)
-    fig.tight_layout()
+    axes[0, 0].set_title("loss tokens with a gradient", fontsize=9)
+    axes[0, 0].set_xlim(0, 1.05)
+    axes[0, 1].set_title("gradient norm", fontsize=9)
+    fig.suptitle(f"clip schemes on one stale batch{': ' + setting if setting else ''}", fontsize=10)
     return fig

@@ -26,6 +26,7 @@ from ..diagnostics import grad_norm_per_turn
 from ..objectives import loss_mask, policy_loss
 from ..rollout import recompute_logp
 from ..train import TrainConfig, Trainer
+from .plots import label, legend
 from .prototype import arm_curves, draw_curves, sweep_precompute
 
 __all__ = ["base_config", "void_arms", "void_gradients", "void_rate_by_turn", "plot_void_gradients",
@@ -109,13 +110,14 @@ def void_rate_by_turn(void: torch.Tensor, turn_mask: torch.Tensor) -> np.ndarray
 def plot_void_gradients(g: dict, ax=None):
     """Histogram of per-trajectory score-gradient norms, void vs clean trajectories."""
     import matplotlib.pyplot as plt
-    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 3.2))[1]
+    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")[1]
     bins = np.linspace(0, max(g["score_norm"].max(), 1e-6), 25)
     for flag, name in ((True, "with a void turn"), (False, "clean")):
         x = g["score_norm"][g["void"] == flag]
         if len(x):
             axes[0].hist(x, bins, alpha=0.6, label=f"{name} (n={len(x)}, mean {x.mean():.2f})")
     axes[0].set_xlabel("|| grad mean_t log pi ||")
+    axes[0].set_ylabel("trajectories")
     axes[0].legend(fontsize=8)
     axes[0].set_title("score-gradient norm per trajectory")
     H = len(g["grad_turn"])
@@ -123,10 +125,11 @@ def plot_void_gradients(g: dict, ax=None):
     tw = axes[1].twinx()
     tw.plot(np.arange(H), g["void_rate_turn"], "o-", color="C3", label="void-turn rate")
     tw.set_ylim(0, 1)
+    tw.set_ylabel("void-turn rate")
     axes[1].set_xlabel("turn index k")
+    axes[1].set_ylabel("gradient norm")
     axes[1].set_title("per turn index")
-    axes[1].legend(loc="upper left", fontsize=8)
-    tw.legend(loc="upper right", fontsize=8)
+    legend(axes[1], tw, loc="upper left", fontsize=8)
     return axes
 
 
@@ -134,9 +137,9 @@ def plot_void_panel(sweep: dict, arms=None, key: str = "void_turn_rate", smooth_
     """Widget panel: ``key`` (left) and the grad norm (right) over steps for the chosen arms (mean +- s.e.
     over seeds; the curves of each side are ``arm_curves(sweep, k, arms, smooth_w)``)."""
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), layout="constrained")
     for ax, k in zip(axes, (key, "grad_norm")):
-        draw_curves(ax, arm_curves(sweep, k, arms, smooth_w), k)
+        draw_curves(ax, arm_curves(sweep, k, arms, smooth_w), k, ylabel=label(k))
     return fig
 
 
