@@ -81,6 +81,26 @@ def test_collapse_detector():
     assert smooth([1, 3, 5], 2).tolist() == [1.0, 2.0, 4.0]
 
 
+def test_std_first_is_a_share_of_collapsed_seeds():
+    """echo_collapse's std-first metric: 1 / 0 for a collapsed run, NaN otherwise, so the stats average it over
+    collapsed seeds only (NaN is skipped and does not count towards n)."""
+    from toyrl.claims.stability import COLLAPSE_BASE, _echo_metrics
+    rest = {"template_mi": [0.5] * 20, "success_rate": [0.5] * 20, "zero_var_frac": [0.0] * 20}
+    m = lambda mean, std: _echo_metrics({**rest, "reward_mean": mean, "reward_std": std})     # noqa: E731
+    first = m([0.8] * 10 + [0.0] * 10, [0.4] * 5 + [0.0] * 15)               # std falls at 7, mean at 12
+    assert first["collapsed"] == 1.0 and first["std_first"] == 1.0 and first["lead"] > 0
+    late = m([0.8] * 10 + [0.0] * 10, [0.4] * 20)                            # the mean fell, the std never did
+    assert late["collapsed"] == 1.0 and late["std_first"] == 0.0
+    steady = m([0.8] * 20, [0.4] * 5 + [0.0] * 15)                           # converged: no collapse
+    assert steady["collapsed"] == 0.0 and np.isnan(steady["std_first"])
+    eff = paired_effect([first["std_first"], late["std_first"], steady["std_first"]], None, threshold=0.5)
+    assert eff["n"] == 2 and eff["mean"] == 0.5
+    c = CLAIMS["echo_collapse"]
+    assert c.base is COLLAPSE_BASE and CLAIMS["starpo_s"].base is COLLAPSE_BASE and CLAIMS["critic_delay"].base is c.base
+    assert {t.metric for t in c.tests} == {"collapsed", "std_first", "template_mi_change"}
+    assert min(train_seed("echo_collapse", s) for s in range(20)) > 1000        # never a notebook seed (0-7)
+
+
 def test_registry_is_consistent():
     assert len(CLAIMS) >= 14
     for c in CLAIMS.values():

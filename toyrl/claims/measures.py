@@ -18,9 +18,10 @@ __all__ = ["context_measure", "ratio_grad_measure", "RATIO_BASE"]
 
 RATIO_BASE = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, prompts_per_step=4, staleness=4,
                   lr=1e-2, grad_clip=0.0)
-"""turn_ratio's setting: random 4x4 lakes, rollouts 4 updates stale, lr 1e-2 (think_max set per arm)"""
+"""turn_ratio's setting: random 4x4 lakes, rollouts 4 updates stale, lr 1e-2 (reasoning length set per arm)"""
 THINK = {"think12": 12, "think32": 32}
-"""arm -> think_max"""
+"""arm -> reasoning tokens per turn, exactly: think_min = think_max (SORL's long turns; the toy policy left to
+itself ends reasoning after 2-3 tokens, which makes the turn ratio nearly the token ratio)"""
 
 
 def context_measure(arm: str, seed: int, quick: bool) -> dict:
@@ -76,7 +77,8 @@ def ratio_grad_measure(arm: str, seed: int, quick: bool) -> dict:
     import torch
     torch.set_num_threads(1)
     from ..train import Trainer, TrainConfig
-    tr = Trainer(TrainConfig(**RATIO_BASE, think_max=THINK[arm], ratio="token", steps=0, seed=seed, progress=False))
+    tr = Trainer(TrainConfig(**RATIO_BASE, think_min=THINK[arm], think_max=THINK[arm], ratio="token", steps=0,
+                             seed=seed, progress=False))
     warm, batches = (6, 3) if quick else (10, 6)
     for _ in range(warm):
         tr.step()

@@ -2,7 +2,7 @@
 
 Each claim is a ``Claim`` (see ``spec.py``) with its mechanism, a faithfulness note and the number
 of settings run. Settings were fixed by reasoning about the mechanism and, where noted, one pilot on
-seeds 100-102 (never the verdict's seeds).
+seeds 100-102 or notebook 02's runs (never the verdict's seeds: those come from ``spec.train_seed``).
 """
 from __future__ import annotations
 
@@ -10,13 +10,19 @@ import numpy as np
 
 from .spec import Claim, Test, about, auc, collapse_times, early, final, log10_grad, peak_drop, smooth, success_metrics
 
-__all__ = ["STABILITY_CLAIMS", "ECHO_BASE", "FREE_BASE"]
+__all__ = ["STABILITY_CLAIMS", "ECHO_BASE", "COLLAPSE_BASE", "FREE_BASE"]
 
 # random deterministic 4x4 lakes (a new map per task), lr 1e-2, 2 PPO epochs, no gradient clip, 8 x 8:
 # the group std is no longer a function of one task's mean, so variance can vanish before the mean moves;
 # up to 4 reasoning tokens per turn and rollouts 2 steps stale: the channels RAGEN's collapse runs through
 ECHO_BASE = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, estimator="grpo", prompts_per_step=8,
                  group_size=8, lr=1e-2, grad_clip=0.0, ppo_epochs=2, think_max=4, staleness=2)
+
+# notebook 02's setting (toyrl.viz.echo imports it): random 4x4 maps with more holes (p_frozen 0.9), an aggressive
+# optimizer (lr 3e-2, 4 PPO epochs, no gradient clip), 4 tasks x 8 rollouts, 2 reasoning tokens per turn
+# (think_max 2, as recorded in the notebook's stored runs); run length is the caller's (notebook 120, ledger 100)
+COLLAPSE_BASE = dict(env="gridworld", env_kwargs={"size": 4, "p_frozen": 0.9, "max_turns": 10}, estimator="grpo",
+                     lr=3e-2, ppo_epochs=4, grad_clip=0.0, prompts_per_step=4, group_size=8, n_think=2, think_max=2)
 
 
 def _precursor(s: dict) -> float:
@@ -30,9 +36,12 @@ def _precursor(s: dict) -> float:
 
 
 def _echo_metrics(s: dict) -> dict:
+    """Per-run collapse metrics; ``std_first`` is 1 if the std dropped strictly before the mean collapsed, 0 if
+    not, NaN for a run that did not collapse (the stats skip NaN, so it is a share of collapsed seeds)."""
     ts, tc = collapse_times(s["reward_mean"], s["reward_std"])
     mi = np.asarray(s["template_mi"], float)
     return {"collapsed": float(np.isfinite(tc)), "t_std_drop": ts, "t_mean_collapse": tc, "lead": tc - ts,
+            "std_first": float(ts < tc) if np.isfinite(tc) else float("nan"),
             "precursor": _precursor(s), "template_mi_change": final(mi) - early(mi),
             "final_success": final(s["success_rate"]), "peak_drop": peak_drop(s["success_rate"]),
             "auc_success": auc(s["success_rate"])}
@@ -46,17 +55,26 @@ echo_trap = Claim(
            Test("the mean then collapses (share of seeds)", "collapsed", "grpo")],
     metrics=_echo_metrics, curve=("reward_mean", "zero_var_frac", "template_mi"), curve_label="reward / share / MI")
 
+echo_collapse = Claim(
+    name="echo_collapse", **about("echo_collapse"),
+    base=COLLAPSE_BASE, arms={"grpo": {}}, steps=100, quick_steps=50,
+    tests=[Test("the mean collapses (share of seeds)", "collapsed", "grpo"),
+           Test("std drops before the mean (share of collapsed seeds > 0.5)", "std_first", "grpo", threshold=0.5),
+           Test("template MI falls (last - first)", "template_mi_change", "grpo", sign=-1)],
+    metrics=_echo_metrics, curve=("reward_mean", "reward_std", "template_mi"), curve_label="reward / std / MI")
+
 starpo_s = Claim(
     name="starpo_s", **about("starpo_s"),
-    base=ECHO_BASE, arms={"grpo": {}, "starpo_s": {"filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}}},
-    steps=80, quick_steps=35,
+    base=COLLAPSE_BASE,
+    arms={"grpo": {}, "starpo_s": {"filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}}},
+    steps=100, quick_steps=50,
     tests=[Test("StarPO-S - GRPO, final success", "final_success", "starpo_s", "grpo"),
            Test("StarPO-S - GRPO, peak-to-final drop", "peak_drop", "starpo_s", "grpo", sign=-1)],
     metrics=_echo_metrics, curve=("success_rate", "zero_var_frac"), curve_label="success / zero-variance share")
 
 critic_delay = Claim(
     name="critic_delay", **about("critic_delay"),
-    base=ECHO_BASE, arms={"grpo": {}, "critic": {"estimator": "gae"}}, steps=80, quick_steps=35,
+    base=COLLAPSE_BASE, arms={"grpo": {}, "critic": {"estimator": "gae"}}, steps=100, quick_steps=50,
     tests=[Test("critic - GRPO, peak-to-final drop (delays)", "peak_drop", "critic", "grpo", sign=-1),
            Test("critic arm still collapses (share of seeds)", "collapsed", "critic")],
     metrics=_echo_metrics, curve=("reward_mean", "reward_std"), curve_label="reward mean / within-group std")
@@ -93,4 +111,4 @@ void_filter = Claim(
     metrics=_outcome_metrics, steps=60, quick_steps=25, curve=("grad_norm", "void_turn_rate"),
     curve_label="grad norm / void-turn rate")
 
-STABILITY_CLAIMS = [echo_trap, starpo_s, critic_delay, env_mask, void_filter]
+STABILITY_CLAIMS = [echo_trap, echo_collapse, starpo_s, critic_delay, env_mask, void_filter]

@@ -29,18 +29,22 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..train import RunLog, TrainConfig, train
+from ..claims.stability import COLLAPSE_BASE
+from ..runlog import RunLog, encode
+from ..train import TrainConfig, train
 from .plots import log_columns, mark_steps, new_figure, smooth
 
 __all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "precompute",
-           "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "DATA_DIR"]
+           "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "ledger_tests", "DATA_DIR",
+           "LEDGER_DIR"]
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "echo_trap"
+LEDGER_DIR = Path(__file__).resolve().parents[2] / "data" / "claims"
 
 #: the setting where the toy collapses: random 4x4 maps (the policy must read the map), an aggressive
-#: optimizer (lr 3e-2, 4 PPO epochs, no gradient clipping), no KL, 2 thinking tokens, small groups
-ECHO_BASE = dict(env="gridworld", env_kwargs={"size": 4, "p_frozen": 0.9, "max_turns": 10}, estimator="grpo",
-                 lr=3e-2, ppo_epochs=4, grad_clip=0.0, prompts_per_step=4, group_size=8, n_think=2, steps=120)
+#: optimizer (lr 3e-2, 4 PPO epochs, no gradient clipping), no KL, 2 thinking tokens, small groups;
+#: the ledger's ``COLLAPSE_BASE`` (claim echo_collapse, one copy) run for 120 steps
+ECHO_BASE = dict(COLLAPSE_BASE, steps=120)
 
 #: the runs the notebook's widget chooses between: name -> overrides of ECHO_BASE
 VARIANTS = {
@@ -121,9 +125,10 @@ def precompute(out_dir=DATA_DIR, variants: Sequence[str] = tuple(VARIANTS), seed
             log = train(cfg)
             path = out_dir / f"{v}_s{seed}.jsonl"
             with open(path, "w") as f:
-                f.write(json.dumps({"config": {k: val for k, val in asdict(cfg).items() if k != "progress"}}) + "\n")
+                f.write(json.dumps(encode({"config": {k: val for k, val in asdict(cfg).items() if k != "progress"}}))
+                        + "\n")
                 for r in _slim(log.rows):
-                    f.write(json.dumps(r) + "\n")
+                    f.write(json.dumps(encode(r)) + "\n")
             paths.append(path)
     return paths
 
@@ -135,15 +140,7 @@ def load_runs(data_dir=DATA_DIR, variant: Optional[str] = None) -> dict:
         v, _, s = path.stem.rpartition("_s")
         if variant is not None and v != variant:
             continue
-        log = RunLog()
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                if "config" in row:
-                    log.config = row["config"]
-                else:
-                    log.rows.append(row)
-        out[(v, int(s))] = log
+        out[(v, int(s))] = RunLog.load(path)
     return out
 
 
@@ -158,6 +155,15 @@ def summarize_runs(runs: dict, **rule) -> list[dict]:
                      "peak_mean": float(np.nanmax(smooth(mean, 5))), "final_mean": float(np.nanmean(mean[-10:])),
                      "std_first": s is not None and m is not None and s < m})
     return rows
+
+
+def ledger_tests(name: str, ledger_dir=LEDGER_DIR) -> tuple[str, dict]:
+    """(verdict, {test name: {"mean", "ci95", "per_seed", "outcome"}}) of ledger claim ``name`` as stored in
+    ``ledger_dir/<name>.json`` (written by ``toyrl reproduce``); a pending claim has no tests yet."""
+    rec = json.loads((Path(ledger_dir) / f"{name}.json").read_text())
+    tests = rec.get("result", {}).get("tests", [])
+    return rec["verdict"], {t["name"]: {**{k: t["effect"][k] for k in ("mean", "ci95", "per_seed")},
+                                        "outcome": t["outcome"]} for t in tests}
 
 
 ECHO_KEYS = ("reward_mean", "reward_std", "zero_var_frac", "template_entropy", "template_mi")
