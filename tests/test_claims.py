@@ -144,6 +144,13 @@ def test_readme_markers(tmp_path, capsys):
     row = claims_table([rec]).splitlines()[-1]
     assert "contradicted" in row and "3 (0-2)" in row
     assert row.count(" | ") == 5 and "\\|ratio\\|" in row                      # a | in text cannot split a cell
+    same = {**rec, "setting": {"lr": 1}}
+    other = {**same, "verdict": "reproduced", "seeds": [10, 11, 12]}
+    rows = claims_table([same], {"x": other}).splitlines()
+    assert rows[0].endswith(" held-out block |") and rows[-1].endswith(" reproduced (10-12) |")
+    changed = {**other, "setting": {"lr": 2}}                                # an older setting: not shown
+    assert claims_table([same], {"x": changed}).splitlines()[-1].endswith(" - |")
+    assert claims_table([same], {}).splitlines()[-1] == claims_table([same]).splitlines()[-1]
 
 
 def test_one_claim_quick_end_to_end(tmp_path):

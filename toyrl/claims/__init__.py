@@ -124,12 +124,21 @@ def redraw(name: str, out_dir=None) -> Path:
     return out / f"{name}.png"
 
 
+def _records(out: Path) -> dict:
+    """name -> claim record of every claim file in ``out`` (ledger order)."""
+    return {n: json.loads((out / f"{n}.json").read_text()) for n in CLAIMS if (out / f"{n}.json").exists()}
+
+
 def write_readme(out_dir=None, readme=None) -> bool:
-    """Regenerate the README claims table from every claim file in ``out_dir`` (ledger order)."""
+    """Regenerate the README claims table from every claim file in ``out_dir`` (ledger order), with the
+    verdicts of a held-out seed block from ``out_dir/heldout/`` where one was run in the same setting."""
     out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
-    records = [json.loads((out / f"{n}.json").read_text()) for n in CLAIMS if (out / f"{n}.json").exists()]
-    footer = f"Verdict rule: {VERDICT_RULE} Regenerate with `toyrl reproduce` (each file names its own command)."
-    return report.update_readme(Path(readme) if readme else REPO / "README.md", claims_table(records), footer)
+    records, heldout = _records(out), _records(out / "heldout")
+    footer = (f"Verdict rule: {VERDICT_RULE} Regenerate with `toyrl reproduce` (each file names its own command)."
+              + (" Held-out block: `toyrl reproduce --first-seed 10 --out-dir data/claims/heldout --no-readme`, "
+                 "seeds the settings were not chosen on." if heldout else ""))
+    return report.update_readme(Path(readme) if readme else REPO / "README.md",
+                                claims_table(list(records.values()), heldout), footer)
 
 
 def notes_for(claim: Claim, verdict_: str) -> str:

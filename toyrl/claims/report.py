@@ -173,13 +173,17 @@ def _test_cell(t: dict) -> str:
     return f"{t['name']} {t['claimed']}: {_fmt(e['mean'])} [{_fmt(e['ci95'][0])}, {_fmt(e['ci95'][1])}] ({tag})"
 
 
-def claims_table(records: list) -> str:
+def claims_table(records: list, heldout: Optional[dict] = None) -> str:
     """Markdown table of claim records (one row each: verdict, seeds, every test's effect with its interval).
 
     A record without a result (registered, not yet run) reads "pending: not yet re-run under the rule".
+    ``heldout`` (name -> record of the same claim on another seed block, e.g. ``data/claims/heldout/``)
+    adds a column with that block's verdict, shown only where the block ran the same setting (otherwise
+    "-": a held-out run of an older setting says nothing about this one).
     """
-    lines = ["| # | claim | source | verdict | seeds | tests (effect, 95% t CI, outcome after Holm) |",
-             "|---|---|---|---|---|---|"]
+    heldout = heldout or {}
+    lines = ["| # | claim | source | verdict | seeds | tests (effect, 95% t CI, outcome after Holm) |"
+             + (" held-out block |" if heldout else ""), "|---|---|---|---|---|---|" + ("---|" if heldout else "")]
     for i, r in enumerate(records, 1):
         src = r["source"].split(":")[0]
         seeds = r.get("seeds") or []
@@ -188,9 +192,21 @@ def claims_table(records: list) -> str:
         else:
             v, eff = r["verdict"], "; ".join(_test_cell(t) for t in r["result"]["tests"])
         span = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds else "-"
-        lines.append(f"| {i} | [{r['name']}](data/claims/{r['name']}.json): {_cell(r['claim'])} | {_cell(src)} | "
-                     f"**{v}** | {span} | {_cell(eff)} |")
+        row = (f"| {i} | [{r['name']}](data/claims/{r['name']}.json): {_cell(r['claim'])} | {_cell(src)} | "
+               f"**{v}** | {span} | {_cell(eff)} |")
+        if heldout:
+            row += f" {_heldout_cell(r, heldout.get(r['name']))} |"
+        lines.append(row)
     return "\n".join(lines)
+
+
+def _heldout_cell(record: dict, other: Optional[dict]) -> str:
+    """The held-out block's verdict and seeds, if it ran the same setting with a result; else "-"."""
+    if not other or "result" not in other or other.get("setting") != record.get("setting"):
+        return "-"
+    seeds = other.get("seeds") or []
+    span = f" ({seeds[0]}-{seeds[-1]})" if seeds else ""
+    return f"{other['verdict']}{span}"
 
 
 def update_readme(readme: Path, table: str, footer: str = "") -> bool:
