@@ -149,11 +149,17 @@ def _check_outputs(page, name: str) -> None:
 
 
 def _check_labels(page, name: str) -> None:
-    """No widget's description label is cut off (its text wider than its box: an ellipsis on screen)."""
-    cut = _nb(page).locator(".widget-label, .widget-label-basic").evaluate_all(
+    """No widget's description label is cut off (its text wider than its box: an ellipsis on screen).
+    ``test_label_check_catches_a_cut_label`` shows this check fails on a label that is cut off."""
+    cut = _cut_labels(page)
+    assert not cut, f"{name}: widget labels cut off at {WIDTH} px: {cut}"
+
+
+def _cut_labels(page) -> list:
+    """'text (scrollWidth > clientWidth px)' of every visible widget label whose text overflows its box."""
+    return _nb(page).locator(".widget-label, .widget-label-basic").evaluate_all(
         "els => els.filter(e => e.offsetParent !== null && e.textContent.trim()"
         " && e.scrollWidth > e.clientWidth + 1).map(e => `${e.textContent.trim()} (${e.scrollWidth} > ${e.clientWidth} px)`)")
-    assert not cut, f"{name}: widget labels cut off at {WIDTH} px: {cut}"
 
 
 def _widget_image(page) -> str:
@@ -182,6 +188,30 @@ def _open(browser, url: str, name: str):
     page.locator(".jp-Notebook").first.wait_for()
     _wait_idle(page, 120)
     return page
+
+
+LONG = "a description far too long for the label box"
+"""the description of the throwaway notebook's slider: ipywidgets cuts it off (an ellipsis)"""
+
+
+def test_label_check_catches_a_cut_label(lab, browser):
+    """The label check can fail: a throwaway notebook shows a slider whose description is cut off and one
+    whose description fits; ``_check_labels`` names the first and only the first."""
+    url, tmp = lab
+    cell = {"cell_type": "code", "execution_count": None, "id": "cut", "metadata": {}, "outputs": [],
+            "source": ["import ipywidgets as w\n", f"w.VBox([w.IntSlider(description={LONG!r}), "
+                       "w.IntSlider(description='fits')])"]}
+    meta = json.loads((ROOT / "notebooks" / NOTEBOOKS[0]).read_text())["metadata"]
+    nb = {"cells": [cell], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}
+    (tmp / "root" / "cut_label.ipynb").write_text(json.dumps(nb))
+    page = _open(browser, url, "cut_label.ipynb")
+    _run_all(page, timeout_s=60)
+    _nb(page).locator(".widget-slider").last.wait_for(timeout=30_000)
+    cut = _cut_labels(page)
+    assert len(cut) == 1 and cut[0].startswith(LONG), cut
+    with pytest.raises(AssertionError, match="widget labels cut off"):
+        _check_labels(page, "cut_label.ipynb")
+    page.close()
 
 
 def test_notebook_01_runs_and_slider_moves(lab, browser):

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import assert_figure_standard, line_data
 
 from toyrl.scorecard import (BASE, DIALS, build_record, cell_config, design, paired_effect, rebuild, run_metrics,
                              run_scorecard, summary)
@@ -158,6 +159,7 @@ def test_build_record_effects_are_paired_differences_with_the_base():
     assert values.shape == (2, len(metrics)) and values[1, metrics.index("collapse_rate")] == 1.0
     fig = write_figure(rec)
     assert len(fig.axes) == 3 and "staleness 2" in fig._suptitle.get_text()
+    assert_figure_standard(fig, "gridworld", "staleness 2", "30 steps", "3 seeds/cell")
     assert fig.axes[0].get_images()[0].get_array()[1, 0] == 1.0          # the heatmap draws the collapse rate
 
 
@@ -231,3 +233,17 @@ def test_shipped_scorecard_is_the_default_and_follows_from_its_runs():
     assert (REPO / "data" / "scorecard" / "scorecard.png").exists()
     again = build_record(runs, record["meta"])                         # the summaries are recomputed from the runs
     assert again["cells"] == record["cells"] and again["effects"] == record["effects"]
+
+
+def test_shipped_scorecard_figures_meet_the_standard():
+    """The figures of notebook 11 on the shipped scorecard: a title naming the setting, labelled axes, no overlap."""
+    from toyrl.scorecard import REPO
+    record, runs = load_scorecard(REPO / "data" / "scorecard")
+    st, n = record["setting"], len(record["seeds"])
+    assert_figure_standard(write_figure(record), st["env"], f"{st['steps']} steps", f"{n} seeds/cell")
+    name = "grpo/sapo/token-mean/none"
+    fig = plot_cell(record, runs, name, "clip_frac")
+    assert_figure_standard(fig, name, st["env"], f"{st['steps']} steps", f"{n} seeds", "staleness")
+    left, _, probe = fig.axes
+    assert left.get_ylabel() == "clip fraction" and len(line_data(left)) == 0          # seeds: unlabelled lines
+    assert [t.get_text() for t in probe.get_legend().get_texts()] == ["I(X;Z) per sequence", "H(Z|X) per token"]

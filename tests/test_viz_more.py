@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 import pytest
 import torch
-from conftest import assert_curves_drawn, assert_figure_standard, bar_heights, fake_sweep, line_data
+from conftest import assert_curves_drawn, assert_figure_standard, bar_heights, fake_sweep, image_data, line_data
 
 from toyrl.exercises import check, matches
 from toyrl.viz import aggregation, context, critics, prototype, trees, void
@@ -118,6 +118,10 @@ def test_verl_estimator_panel_range(gamma, seed):
     r, m, i = prototype.toy_verl_inputs(B=4, L=6, seed=seed)
     adv, ret = prototype.verl_estimator("loo_turn")(r, m, i, config={"toyrl_kwargs": {"gamma": gamma}})
     assert adv.shape == (4, 6) and torch.equal(adv, ret) and torch.all(adv[m == 0] == 0)
+    fig = prototype.verl_advantage_panel("loo_turn", gamma, seed)               # notebook 10's widget
+    np.testing.assert_allclose(image_data(fig.axes[1]), adv.numpy())
+    assert fig.axes[1].get_title() == f"loo_turn, gamma={gamma:.2f}"
+    assert_figure_standard(fig, "toy verl batch", "B=4", "L=6", f"seed {seed}", "GRPO")
 
 
 def test_register_in_verl():
@@ -141,7 +145,10 @@ def test_void_gradients_small():
     cfg = replace(void.base_config(bc_steps=0), prompts_per_step=1, group_size=4)
     g = void.void_gradients(cfg)
     assert g["score_norm"].shape == (4,) and len(g["grad_turn"]) == len(g["void_rate_turn"])
+    assert g["setting"] == void.setting_name(cfg) == "MockSearch 1-hop, 4 turns, free sampling, P=1 x G=4, 0 BC steps, seed 0"
+    assert void.setting_name(void.base_config(seed=1)) == void.SETTING + ", seed 1"
     hist, turns = void.plot_void_gradients(g)
+    assert_figure_standard(hist.figure, "MockSearch 1-hop", "free sampling", "P=1 x G=4", "seed 0", "one batch")
     assert sum(h.sum() for h in bar_heights(hist)) == 4                       # every trajectory in one histogram
     np.testing.assert_allclose(bar_heights(turns)[0], g["grad_turn"])
     rate = line_data(turns.figure.axes[-1])["void-turn rate"][1]               # the twin axis
@@ -154,8 +161,11 @@ def test_void_gradients_small():
 def test_void_panel_range(metric, smooth):
     sweep = fake_sweep(void.void_arms(), void.KEYS)
     arms = list(sweep)[:2]
-    left, right = void.plot_void_panel(sweep, arms, key=metric, smooth_w=smooth).axes
-    assert (left.get_title(), right.get_title()) == (metric, "grad_norm")
+    fig = void.plot_void_panel(sweep, arms, key=metric, smooth_w=smooth)
+    left, right = fig.axes
+    mean = f" ({smooth}-step mean)" if smooth > 1 else ""
+    assert (left.get_title(), right.get_title()) == (label(metric) + mean, "gradient norm" + mean)
+    assert_figure_standard(fig, void.SETTING, "GRPO arms", "6 RL steps")
     assert_curves_drawn(left, arm_curves(sweep, metric, arms, smooth))
     assert_curves_drawn(right, arm_curves(sweep, "grad_norm", arms, smooth))
     for name in arms:
@@ -171,7 +181,7 @@ def test_void_panel_toggles():
     assert void.toggled_arms(["a", "b", "c"], (True, False, True)) == ["a", "c"]
     assert void.toggled_arms(["a", "b", "c"], (False,) * 3) == ["a"]
     fig = void.void_panel(sweep, "kept_frac", 1, grpo=False, filtered=True, penalty=False)
-    assert list(line_data(fig.axes[0])) == [names[1]] and fig.axes[0].get_title() == "kept_frac"
+    assert list(line_data(fig.axes[0])) == [names[1]] and fig.axes[0].get_title() == label("kept_frac")
     assert list(line_data(void.void_panel(sweep).axes[1])) == names
 
 
@@ -246,11 +256,27 @@ def test_value_panel_range(p_expert, n_train, steps):
 
 
 def test_value_panel_small():
-    ax = critics.value_panel(p_expert=1.0, n_train=16, steps=20, n_test=16).axes[0]
+    fig = critics.value_panel(p_expert=1.0, n_train=16, steps=20, n_test=16)
+    ax = fig.axes[0]
     drawn = line_data(ax)
-    assert [label.split(" (")[0] for label in drawn] == ["observable", "privileged"]
-    assert all(np.isfinite(y).all() and (y > 0).all() and len(y) == 3 for _, y in drawn.values())
+    assert [label.split(" (")[0] for label in drawn] == ["observable", "privileged", "constant critic"]
+    te = critics.collect_grid(16, seed=99, p_expert=1.0)
+    np.testing.assert_allclose(drawn[list(drawn)[2]][1], te["returns"][te["mask"]].var().item())  # the dotted line
+    ys = [y for _, y in drawn.values()]
+    assert all(np.isfinite(y).all() and (y > 0).all() and len(y) == 3 for y in ys[:2])
     assert ax.get_yscale() == "log"
+    assert critics.data_setting(1.0, 16, 16) == "GridWorld 4x4, random maps, p_expert 1, 16 train / 16 held-out episodes"
+    assert_figure_standard(fig, critics.data_setting(1.0, 16, 16))
+
+
+def test_td_losses_figure():
+    arch = critics.fit_archer(critics.collect_grid(16, seed=0, max_turns=5), steps=5)
+    ax = critics.plot_td_losses(arch, f"{critics.SETTING}, p_expert 0.5, 16 episodes")
+    q, v = line_data(ax).values()
+    np.testing.assert_allclose(q[1], arch["q_loss"])
+    np.testing.assert_allclose(v[1], arch["v_loss"])
+    assert ax.get_yscale() == "log" and f"{arch['adv_expert']:+.3f}" in ax.get_title()
+    assert_figure_standard(ax.figure, "GridWorld 4x4, random maps", "p_expert 0.5", "16 episodes", "ArCHer")
 
 
 def test_collect_grid_returns():
@@ -270,6 +296,7 @@ def test_critic_panel_range(metric):
     sweep = fake_sweep(critics.critic_arms(), critics.KEYS)
     ax = critics.plot_critic_panel(sweep, key=metric, smooth_w=1).axes[0]
     assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=1))
+    assert_figure_standard(ax.figure, critics.CURVES_SETTING, label(metric))
     for name, (x, y) in line_data(ax).items():
         np.testing.assert_allclose(y, np.mean(sweep[name][metric], 0))         # window 1: the seed mean
 
@@ -297,14 +324,16 @@ def test_tree_panel_range(strategy, seed, task):
     nodes, leaves = ax.collections[0].get_offsets(), trees.leaf_outcomes(node, mask, R)
     assert len(nodes) == len(pos) - 1 == len({n for _, n in edges})
     assert len(ax.collections) == 2 + len(leaves) and set(leaves.values()) <= {0.0, 1.0}
-    assert ax.get_title() == f"{node.shape[0]} leaves, {len(pos) - 1} turn nodes"
+    assert ax.get_title() == f"{trees.TREE_SETTING}: {node.shape[0]} leaves, {len(pos) - 1} turn nodes"
+    assert_figure_standard(ax.figure, "GridWorld 4x4", "untrained policy", "G=8")
 
 
 def test_tree_panel_title():
     _, _, _, stats = trees.sample_tree("arpo", seed=2, task=1)
-    title = trees.tree_panel("arpo", seed=2, task=1).axes[0].get_title()
-    assert title == (f"arpo, seed 2: {stats['leaves']} leaves in the batch, {stats['tokens_generated']} tokens "
-                     f"(budget {stats['token_budget']})")
+    fig = trees.tree_panel("arpo", seed=2, task=1)
+    assert fig.axes[0].get_title() == (f"{trees.TREE_SETTING}, arpo, seed 2, task 1:\n{stats['leaves']} leaves in the "
+                                       f"batch, {stats['tokens_generated']} tokens (budget {stats['token_budget']})")
+    assert_figure_standard(fig, "GridWorld 4x4", "arpo", "seed 2", "task 1")
 
 
 def test_budget_table_small():
@@ -319,7 +348,8 @@ def test_tree_curve_panel_range(metric, x):
     ax = trees.plot_tree_panel(sweep, key=metric, x=x, smooth_w=10).axes[0]
     curves = arm_curves(sweep, metric, smooth_w=10, x=x)
     assert_curves_drawn(ax, curves)
-    assert ax.get_xlabel() == ("step" if x == "step" else "tokens generated (cumulative)")
+    assert ax.get_xlabel() == ("RL step" if x == "step" else "tokens generated (cumulative)")
+    assert_figure_standard(ax.figure, trees.SETTING, label(metric))
     for c in curves.values():
         assert np.all(np.diff(c["x"]) > 0)                                      # steps and token counts grow
     assert_curves_drawn(trees.tree_curve_panel(sweep, metric, x, 10).axes[0], curves)

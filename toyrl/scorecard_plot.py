@@ -84,11 +84,13 @@ def cell_series(runs: dict, name: str, key: str = "success_rate") -> np.ndarray:
 
 def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
     """Three panels for one cell: ``key`` per seed (collapses marked), within-group reward std, and
-    RAGEN-2's I(X;Z) / H(Z|X) on the probe batch. Returns the figure."""
+    RAGEN-2's I(X;Z) / H(Z|X) on the probe batch, under a title naming the cell and its setting. Returns the figure."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from .claims.spec import collapse_times
+    from .viz.plots import label
     cell = next(c for c in record["cells"] if c["name"] == name)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
     for r in runs[name]:
         s = r["series"]
         y = np.array([np.nan if v is None else v for v in s[key]], float)
@@ -103,13 +105,17 @@ def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
             axes[2].plot(d["step"], [np.nan if v is None else v for v in d["cond_entropy"]], "s--", color="C3",
                          alpha=0.5)
     cr = cell["collapse_rate"]
-    axes[0].set(title=f"{key} per seed (dashed: collapse)\ncollapse rate {cr['mean']:.2f} "
-                f"[{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]", xlabel="step", ylabel=key)
-    axes[1].set(title="within-group reward std", xlabel="step", ylabel="std")
-    axes[2].set(title=f"RAGEN-2: I(X;Z) (o), H(Z|X) per token (s)\nregime: {cell['regime']}",
-                xlabel="step", ylabel="nats")
-    fig.suptitle(name)
-    fig.tight_layout()
+    axes[0].set(title=f"{label(key)} per seed (dashed: collapse)\ncollapse rate {cr['mean']:.2f} "
+                f"[{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]", xlabel="RL step", ylabel=label(key))
+    axes[1].set(title="within-group reward std", xlabel="RL step", ylabel="reward std within a group")
+    axes[2].set(title=f"RAGEN-2 probe\nregime: {cell['regime']}", xlabel="RL step", ylabel="nats")
+    axes[2].legend([Line2D([], [], marker="o", color="C0"), Line2D([], [], marker="s", ls="--", color="C3")],
+                   ["I(X;Z) per sequence", "H(Z|X) per token"], fontsize=8)
+    st, rg = record["setting"], record["setting"]["regime"]
+    size = st.get("env_kwargs", {}).get("size")
+    fig.suptitle(f"{name}: {st['env']}{f' {size}x{size}' if size else ''}, {st['steps']} steps, "
+                 f"{len(runs[name])} seeds (one line each), staleness {rg['staleness']}, {rg['ppo_epochs']} epochs, "
+                 f"lr {rg['lr']:g}", fontsize=10)
     return fig
 
 
@@ -121,7 +127,7 @@ def write_figure(record: dict, path=None, metric: str = "final_success"):
         matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     names, metrics, values = heatmap_data(record)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 0.42 * len(names) + 2.2),
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, max(4.8, 0.42 * len(names) + 3.0)),
                                  gridspec_kw={"width_ratios": [1.25, 1]})
     im = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(values.shape[0]):
@@ -129,10 +135,9 @@ def write_figure(record: dict, path=None, metric: str = "final_success"):
             if np.isfinite(values[i, j]):
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
                         color="white" if values[i, j] < 0.5 else "black")
-    ax.set_xticks(range(len(metrics)), [LABELS.get(m, m.replace("_", " ")) for m in metrics], rotation=30,
-                  ha="right")
+    ax.set_xticks(range(len(metrics)), [LABELS.get(m, m.replace("_", " ")) for m in metrics], rotation=90)
     ax.set_yticks(range(len(names)), [f"{n}  [{c['regime']}]" for n, c in zip(names, record["cells"])], fontsize=7)
-    ax.set(xlabel="metric (mean over seeds)", ylabel="cell: estimator/clip/agg/filter  [RAGEN-2 regime]")
+    ax.set(xlabel="metric (mean over seeds)", ylabel="cell: estimator/clip/agg/filter\n[RAGEN-2 regime]")
     fig.colorbar(im, ax=ax, label="mean over seeds (0-1)", fraction=0.05)
     _effects_panel(bx, marginal_effects(record, metric), metric)
     st = record["setting"]
@@ -161,8 +166,8 @@ def _effects_panel(ax, effects: list, metric: str) -> None:
         ax.plot([lo, hi], [k, k], color="black", lw=1.2)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_yticks(y, [f"{d}: {lv}" for d, lv, *_ in effects], fontsize=8)
-    ax.set(xlabel=f"{metric.replace('_', ' ')}: level - base (paired by seed, 95% CI)",
-           title="marginal effect per dial (one factor at a time)")
+    ax.set(xlabel=f"{metric.replace('_', ' ')}: level - base (paired by seed, 95% CI)", ylabel="dial: level",
+           title="marginal effect per dial (one at a time)")
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=f"C{i}", alpha=0.7, label=d) for i, d in enumerate(dials)], fontsize=7,
               loc="best", title="dial", title_fontsize=7)

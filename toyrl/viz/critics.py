@@ -31,10 +31,14 @@ from ..envs import make_core
 from ..train import TrainConfig
 from .prototype import arms_figure, sweep_precompute
 
-__all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "value_panel", "critic_arms",
-           "plot_critic_panel", "precompute", "KEYS"]
+__all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "plot_td_losses", "value_panel",
+           "data_setting", "critic_arms", "plot_critic_panel", "precompute", "KEYS", "SETTING", "CURVES_SETTING"]
 
 KEYS = ("reward_mean", "success_rate", "critic_loss", "grad_norm")
+SETTING = "GridWorld 4x4, random maps"
+"""the setting of ``collect_grid``'s episodes, named in the critic-fitting figures' titles"""
+CURVES_SETTING = "GridWorld 4x4 (fixed map), P=4 x G=8"
+"""the setting of the trainer sweep (``critic_arms``), named in its learning-curve titles"""
 
 
 def collect_grid(n: int = 256, *, seed: int = 0, p_expert: float = 0.5, max_turns: int = 10,
@@ -139,27 +143,51 @@ def fit_archer(data: dict, *, privileged: bool = False, steps: int = 300, lr: fl
             "adv_expert": float(A[m & e].mean()), "adv_other": float(A[m & ~e].mean())}
 
 
-def plot_value_fit(results: dict, ax=None, title: str = ""):
-    """Held-out value MSE vs fitting step for each critic in ``results`` (name -> fit_value output)."""
+def data_setting(p_expert: float, n_train: int, n_test: int) -> str:
+    """The setting a critic-fitting figure names. Example: data_setting(0.9, 64, 256) ->
+    "GridWorld 4x4, random maps, p_expert 0.9, 64 train / 256 held-out episodes"."""
+    return f"{SETTING}, p_expert {p_expert:g}, {n_train} train / {n_test} held-out episodes"
+
+
+def plot_value_fit(results: dict, ax=None, title: str = "", *, setting: str = SETTING, var=None):
+    """Held-out value MSE vs fitting step for each critic in ``results`` (name -> fit_value output); ``var``
+    (the held-out returns' variance, a constant critic's error) as a dotted line; the title names ``setting``."""
     import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.2))[1]
+    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.4), layout="constrained")[1]
     for name, r in results.items():
         ax.plot(r["step"], r["test_mse"], label=f"{name} (final {r['test_mse'][-1]:.4f})")
-    ax.set_xlabel("critic fitting step")
+    if var is not None:
+        ax.axhline(var, color="k", ls=":", lw=1, label=f"constant critic (return variance {var:.4f})")
+    ax.set_xlabel("critic fitting step (full-batch AdamW)")
     ax.set_ylabel("held-out MSE of V(s_k)")
     ax.set_yscale("log")
-    ax.set_title(title or "value error: observable vs privileged critic")
+    ax.set_title(title or f"{setting}:\nheld-out value error, observable vs privileged critic", fontsize=10)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_td_losses(arch: dict, setting: str = SETTING, ax=None):
+    """ArCHer's Q and V TD losses per TD step (``fit_archer``'s output), log scale; the title names ``setting``
+    and the mean advantage of expert vs other moves."""
+    import matplotlib.pyplot as plt
+    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.4), layout="constrained")[1]
+    ax.plot(arch["q_loss"], label="Q loss: Q(s, a) vs r + gamma Vbar(s')")
+    ax.plot(arch["v_loss"], label="V loss: V(s) vs Qbar(s, a_pi)")
+    ax.set(yscale="log", xlabel="TD step (full-batch AdamW, target tau 0.1)", ylabel="TD loss (MSE)")
+    ax.set_title(f"{setting}: ArCHer double critic\nmean A of expert moves {arch['adv_expert']:+.3f}, "
+                 f"of other moves {arch['adv_other']:+.3f}", fontsize=10)
     ax.legend(fontsize=8)
     return ax
 
 
 def value_panel(p_expert: float = 0.9, n_train: int = 64, steps: int = 100, n_test: int = 128):
     """Notebook 6's widget: observable vs privileged critic fitted on ``n_train`` episodes (seed 0),
-    held-out error on ``n_test`` (seed 99), drawn by ``plot_value_fit``."""
+    held-out error on ``n_test`` (seed 99), drawn by ``plot_value_fit`` under ``data_setting``'s title."""
     tr, te = collect_grid(n_train, seed=0, p_expert=p_expert), collect_grid(n_test, seed=99, p_expert=p_expert)
     fits = {"observable": fit_value(tr, te, privileged=False, steps=steps),
             "privileged": fit_value(tr, te, privileged=True, steps=steps)}
-    return plot_value_fit(fits).figure
+    var = te["returns"][te["mask"]].var().item()
+    return plot_value_fit(fits, setting=data_setting(p_expert, n_train, n_test), var=var).figure
 
 
 def critic_arms(steps: int = 40) -> dict:
@@ -171,8 +199,9 @@ def critic_arms(steps: int = 40) -> dict:
                                            estimator_kwargs={"gamma": 0.99, "lam": 0.9}, critic_gamma=0.99)}
 
 
-plot_critic_panel = arms_figure
-"""the learning curves of the sweep: ``arms_figure(sweep, key, arms, smooth_w)``"""
+def plot_critic_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5):
+    """The learning curves of the sweep: ``arms_figure`` titled with ``CURVES_SETTING``."""
+    return arms_figure(sweep, key, arms, smooth_w, setting=CURVES_SETTING)
 
 precompute = sweep_precompute("critics/curves.json", critic_arms, KEYS, 40, "toyrl.viz.critics")
 

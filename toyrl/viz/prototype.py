@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..credit import ESTIMATORS, register_estimator, token_advantages
-from ..port.verl_credit import batch_from_verl
+from ..port.verl_credit import batch_from_verl, compute_grpo_outcome_advantage
 from ..port.verl_loader import load_core_algos
 from ..train import TrainConfig, train
 from .plots import label, legend
@@ -33,7 +33,7 @@ from .plots import label, legend
 __all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "sweep_precompute", "load_sweep", "curve_stats",
            "final_mean", "smooth", "arm_curves", "draw_curves", "arms_figure", "curve_panel", "verl_estimator",
            "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute", "toy_verl_inputs",
-           "plot_compare", "SETTING"]
+           "plot_compare", "verl_advantage_panel", "SETTING"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs"
 """where precomputed sweeps live: data/runs/<topic>/<name>.json"""
@@ -143,7 +143,7 @@ def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "st
     return out
 
 
-def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "step", ylabel: str = ""):
+def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylabel: str = ""):
     """Draw ``arm_curves``' output on ``ax``: one line per arm (labelled by arm) and its +- s.e. band, which
     shares the arm's legend entry (``plots.legend``; the legend's title says what the band is)."""
     for name, c in curves.items():
@@ -167,7 +167,7 @@ def arms_figure(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int
     fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
     what = label(key) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")
     draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), f"{setting}: {what}" if setting else what,
-                "step" if x == "step" else "tokens generated (cumulative)", label(key))
+                "RL step" if x == "step" else "tokens generated (cumulative)", label(key))
     return fig
 
 
@@ -191,7 +191,7 @@ def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, 
     if ax is None:
         ax = plt.subplots(figsize=(6, 3.4), layout="constrained")[1]
     what = f"{label(key)} ({w}-step mean)"
-    draw_curves(ax, arm_curves(sweep, key, arms, w), title or (f"{setting}: {what}" if setting else what), "step",
+    draw_curves(ax, arm_curves(sweep, key, arms, w), title or (f"{setting}: {what}" if setting else what), "RL step",
                 label(key))
     return ax
 
@@ -277,6 +277,23 @@ def toy_verl_inputs(B: int = 4, L: int = 6, seed: int = 0) -> tuple[torch.Tensor
     rewards[:, -1] = R
     index = np.array([f"uid{i // 2}" for i in range(B)], dtype=object)
     return rewards, mask, index
+
+
+def verl_advantage_panel(name: str = "loo_turn", gamma: float = 0.5, seed: int = 0):
+    """Notebook 10's widget: token advantages (B, L) of verl's GRPO beside ``verl_estimator(name)`` at ``gamma``
+    on ``toy_verl_inputs(seed=seed)``; one colour scale, the title naming the toy batch."""
+    import matplotlib.pyplot as plt
+    r, m, i = toy_verl_inputs(B=4, L=6, seed=seed)
+    a_p, _ = verl_estimator(name)(r, m, i, config={"toyrl_kwargs": {"gamma": gamma}})
+    a_g, _ = compute_grpo_outcome_advantage(r, m, i)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 2.8), layout="constrained")
+    for ax, a, t in zip(axes, (a_g, a_p), ("GRPO (verl's function)", f"{name}, gamma={gamma:.2f}")):
+        im = ax.imshow(a.numpy(), cmap="RdBu", vmin=-1.5, vmax=1.5)
+        ax.set(title=t, xlabel="response token l (column 3: an observation token)", ylabel="row (2 per uid)")
+    fig.colorbar(im, ax=axes, label="advantage")
+    fig.suptitle(f"toy verl batch: B=4 rows, L=6 response tokens, outcome on the last token, seed {seed}",
+                 fontsize=10)
+    return fig
 
 
 # ---- notebook 10's sweep ------------------------------------------------------------------------

@@ -22,9 +22,14 @@ from ..train import TrainConfig, Trainer
 from .prototype import arms_figure, sweep_precompute
 
 __all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "leaf_outcomes", "draw_tree",
-           "sample_tree", "tree_panel", "plot_tree_panel", "tree_curve_panel", "precompute", "KEYS"]
+           "sample_tree", "tree_panel", "plot_tree_panel", "tree_curve_panel", "precompute", "KEYS", "SETTING",
+           "TREE_SETTING"]
 
 KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode")
+SETTING = "GridWorld 4x4, P=4 x G=8 token budget"
+"""the setting of the sweep (``tree_arms``), named in its learning-curve titles"""
+TREE_SETTING = "GridWorld 4x4, untrained policy, G=8 token budget"
+"""the setting of ``sample_tree``'s batches, named in the tree figures' titles"""
 
 
 def grid_config(rollout: str = "independent", *, estimator: str = "grpo", steps: int = 30, seed: int = 0,
@@ -125,13 +130,16 @@ def leaf_outcomes(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor) 
     return {int(node[i, n - 1]): float(R[i]) for i, n in enumerate(n_valid.tolist()) if n}
 
 
-def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=None, title: str = ""):
+def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=None, title: str = "", *,
+              setting: str = TREE_SETTING):
     """Draw the rows' tree: one dot per turn node (at ``tree_layout``), an edge per ``tree_edges`` pair,
-    leaves coloured by outcome (green 1, grey 0; ``leaf_outcomes``)."""
+    leaves coloured by outcome (green 1, grey 0; ``leaf_outcomes``), a legend of the markers; the default
+    title names ``setting`` and the leaf and node counts."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     edges, depth = tree_edges(node, turn_mask)
     pos = tree_layout(edges, depth)
-    ax = ax if ax is not None else plt.subplots(figsize=(8, 3.6))[1]
+    ax = ax if ax is not None else plt.subplots(figsize=(9, 3.8), layout="constrained")[1]
     for p, c in edges:
         (x0, y0), (x1, y1) = pos[p], pos[c]
         ax.plot([x0, x1], [y0, y1], "-", color="0.6", lw=0.8)
@@ -142,9 +150,16 @@ def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=N
     for n, r in leaf_of.items():
         ax.scatter(*pos[n], s=40, color="C2" if r > 0 else "0.5", zorder=4)
     ax.scatter(*pos[-1], s=60, color="k", marker="s", zorder=4)
-    ax.set_ylabel("turn index (down)")
+    H = max(depth.values(), default=-1) + 1
+    ax.set_yticks([-(k + 1) for k in range(0, H, max(1, H // 6))] + [0],
+                  [str(k) for k in range(0, H, max(1, H // 6))] + ["prompt"])
+    ax.set_ylabel("turn index k")
+    ax.set_xlabel("leaves, depth-first order")
     ax.set_xticks([])
-    ax.set_title(title or f"{node.shape[0]} leaves, {len(pos) - 1} turn nodes")
+    ax.set_title(title or f"{setting}: {node.shape[0]} leaves, {len(pos) - 1} turn nodes", fontsize=10)
+    dot = lambda c, m="o", s=6: Line2D([], [], ls="", marker=m, color=c, markersize=s)   # noqa: E731
+    ax.legend([dot("k", "s"), dot("C0", s=4), dot("C2"), dot("0.5")], ["prompt", "turn", "leaf: success (R=1)",
+              "leaf: failure (R=0)"], fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
 
@@ -152,18 +167,20 @@ def tree_panel(strategy: str = "tree", seed: int = 0, task: int = 0):
     """Notebook 7's tree widget: ``draw_tree`` of one task's rows of a fresh ``strategy`` batch, the title
     naming the batch's leaves and tokens against its budget."""
     node, mask, R, stats = sample_tree(strategy, seed=seed, task=task)
-    ax = draw_tree(node, mask, R, title=f"{strategy}, seed {seed}: {stats['leaves']} leaves in the batch, "
-                                        f"{stats['tokens_generated']} tokens (budget {stats['token_budget']})")
+    ax = draw_tree(node, mask, R, title=f"{TREE_SETTING}, {strategy}, seed {seed}, task {task}:\n"
+                                        f"{stats['leaves']} leaves in the batch, {stats['tokens_generated']} tokens "
+                                        f"(budget {stats['token_budget']})")
     return ax.figure
 
 
-plot_tree_panel = arms_figure
-"""the learning curves: ``arms_figure(sweep, key, arms, smooth_w, x)``, x = "step" or "tokens" (cumulative)"""
+def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step"):
+    """The learning curves: ``arms_figure`` (x = "step" or "tokens", cumulative) titled with ``SETTING``."""
+    return arms_figure(sweep, key, arms, smooth_w, x, setting=SETTING)
 
 
 def tree_curve_panel(sweep: dict, metric: str = "success_rate", x: str = "step", smooth: int = 5):
     """Notebook 7's curve widget: every arm's ``metric`` per step or per cumulative generated token."""
-    return arms_figure(sweep, metric, None, smooth, x)
+    return plot_tree_panel(sweep, metric, None, smooth, x)
 
 
 precompute = sweep_precompute("trees/curves.json", tree_arms, KEYS, 30, "toyrl.viz.trees")

@@ -29,10 +29,12 @@ from ..train import TrainConfig, Trainer
 from .plots import label, legend
 from .prototype import arm_curves, draw_curves, sweep_precompute
 
-__all__ = ["base_config", "void_arms", "void_gradients", "void_rate_by_turn", "plot_void_gradients",
+__all__ = ["SETTING", "setting_name", "base_config", "void_arms", "void_gradients", "void_rate_by_turn", "plot_void_gradients",
            "plot_void_panel", "toggled_arms", "void_panel", "precompute", "KEYS"]
 
 KEYS = ("reward_mean", "success_rate", "void_turn_rate", "void_traj_rate", "grad_norm", "kept_frac")
+SETTING = "MockSearch 1-hop, 4 turns, free sampling, P=4 x G=8, 60 BC steps"
+"""the setting of this notebook's batches and sweep (``base_config``), named in its figure titles"""
 
 
 def base_config(*, constrain: bool = False, void_penalty: float = 0.0, filters=(), steps: int = 30,
@@ -47,6 +49,16 @@ def base_config(*, constrain: bool = False, void_penalty: float = 0.0, filters=(
                                                       "void_penalty": float(void_penalty)},
                        constrain=constrain, filters=list(filters), prompts_per_step=4, group_size=8,
                        steps=steps, bc_steps=bc_steps, seed=seed, progress=False)
+
+
+def setting_name(cfg: TrainConfig) -> str:
+    """The setting a figure of ``cfg``'s batches names: hops, turns, sampling, P x G, BC steps, seed.
+
+    Example: setting_name(base_config(seed=1)) -> SETTING + ", seed 1"."""
+    kw = cfg.env_kwargs
+    return (f"MockSearch {'/'.join(map(str, kw['hops']))}-hop, {kw['max_turns']} turns, "
+            f"{'constrained' if cfg.constrain else 'free'} sampling, P={cfg.prompts_per_step} x G={cfg.group_size}, "
+            f"{cfg.bc_steps} BC steps, seed {cfg.seed}")
 
 
 def void_arms(steps: int = 30, void_penalty: float = 0.1) -> dict:
@@ -66,7 +78,8 @@ def void_gradients(cfg: TrainConfig, train_steps: int = 0) -> dict:
     hard its tokens pull on the weights); ``void_token_logp`` / ``clean_token_logp`` the log-probs of
     the policy tokens of void / clean turns; ``grad_turn`` (H,) the exact gradient norm of each turn
     index's share of the GRPO loss; ``grad_void_share`` / ``grad_clean_share`` the gradient norm of the
-    void / clean trajectories' share of that loss; ``adv_abs`` (B,) |A| per row; ``void_rate_turn`` (H,) void-turn rate per turn index.
+    void / clean trajectories' share of that loss; ``adv_abs`` (B,) |A| per row; ``void_rate_turn`` (H,) void-turn rate per turn index;
+    ``setting`` the batch's ``setting_name`` (and the GRPO steps after BC), for the figure's title.
     """
     tr = Trainer(replace(cfg, steps=0))
     if cfg.bc_steps:
@@ -98,7 +111,8 @@ def void_gradients(cfg: TrainConfig, train_steps: int = 0) -> dict:
             "grad_clean_share": share["clean"], "adv_abs": adv.abs().amax(1).numpy(),
             "void_token_logp": b.old_logp[void_tok].numpy(), "clean_token_logp": b.old_logp[pm & ~void_tok].numpy(),
             "grad_turn": grad_turn.detach().numpy(), "void_rate_turn": void_rate_by_turn(b.void_turn, b.turn_mask),
-            "turns": b.turn_mask.sum(0).numpy()}
+            "turns": b.turn_mask.sum(0).numpy(),
+            "setting": setting_name(cfg) + (f", {train_steps} GRPO steps" if train_steps else "")}
 
 
 def void_rate_by_turn(void: torch.Tensor, turn_mask: torch.Tensor) -> np.ndarray:
@@ -108,7 +122,8 @@ def void_rate_by_turn(void: torch.Tensor, turn_mask: torch.Tensor) -> np.ndarray
 
 
 def plot_void_gradients(g: dict, ax=None):
-    """Histogram of per-trajectory score-gradient norms, void vs clean trajectories."""
+    """Histogram of per-trajectory score-gradient norms, void vs clean trajectories (left); per turn index,
+    the gradient norm of that turn's loss share and the void-turn rate (right); titled with ``g["setting"]``."""
     import matplotlib.pyplot as plt
     axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")[1]
     bins = np.linspace(0, max(g["score_norm"].max(), 1e-6), 25)
@@ -128,18 +143,24 @@ def plot_void_gradients(g: dict, ax=None):
     tw.set_ylabel("void-turn rate")
     axes[1].set_xlabel("turn index k")
     axes[1].set_ylabel("gradient norm")
-    axes[1].set_title("per turn index")
+    axes[1].set_title("loss-share gradient and void rate per turn index")
     legend(axes[1], tw, loc="upper left", fontsize=8)
+    if g.get("setting"):
+        axes[0].figure.suptitle(f"{g['setting']}: one batch", fontsize=10)
     return axes
 
 
 def plot_void_panel(sweep: dict, arms=None, key: str = "void_turn_rate", smooth_w: int = 5):
     """Widget panel: ``key`` (left) and the grad norm (right) over steps for the chosen arms (mean +- s.e.
-    over seeds; the curves of each side are ``arm_curves(sweep, k, arms, smooth_w)``)."""
+    over seeds; the curves of each side are ``arm_curves(sweep, k, arms, smooth_w)``), under a title naming
+    ``SETTING`` and the steps."""
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
     for ax, k in zip(axes, (key, "grad_norm")):
-        draw_curves(ax, arm_curves(sweep, k, arms, smooth_w), k, ylabel=label(k))
+        curves = arm_curves(sweep, k, arms, smooth_w)
+        draw_curves(ax, curves, label(k) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else ""), "RL step", label(k))
+    n = max((len(c["x"]) for c in curves.values()), default=0)
+    fig.suptitle(f"{SETTING}: GRPO arms, {n} RL steps", fontsize=10)
     return fig
 
 
