@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import warnings
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from .cliargs import AtLeast, UsageError, values
@@ -92,8 +93,12 @@ def cmd_sweep(args) -> int:
         name = run_name(cfg, swept)
         seen[name] = seen.get(name, -1) + 1                  # equal values twice: name the repeats __1, __2
         jobs.append((cfg, str(out_dir / (name + (f"__{seen[name]}" if seen[name] else "") + ".jsonl"))))
-    for cfg, _ in jobs:                                       # every run can start (before any work)
-        checked_trainer(cfg)
+    checked = set()
+    for cfg, _ in jobs:                                       # every run can start (before any work); what the
+        key = json.dumps(asdict(replace(cfg, seed=0)), sort_keys=True, default=str)   # Trainer checks does
+        if key not in checked:                                # not depend on the seed: one Trainer per config
+            checked.add(key)
+            checked_trainer(cfg)
     print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/")
     from .parallel import run_tasks
     results = run_tasks(_sweep_one, jobs, workers=args.workers, backend=args.backend, address=args.ray_address,
