@@ -4,8 +4,9 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
-from toyrl.claims import CLAIMS, Claim, evaluate, redraw, run_claims
+from toyrl.claims import CLAIMS, REPO, Claim, evaluate, redraw, run_claims
 from toyrl.claims import Test as ClaimTest
 from toyrl.claims.report import END, START, claims_table, load_series, update_readme
 from toyrl.claims.spec import collapse_times, smooth, train_seed
@@ -190,3 +191,8 @@ def test_registered_before_run(tmp_path):
     rec = register(CLAIMS["echo_trap"], [0, 1], quick=True)
     assert rec["verdict"] == "pending" and "result" not in rec and rec["settings_tried"] >= 1
     assert "pending" in claims_table([rec])
+    # the code it is computed with: versions, and the commit in this git checkout
+    import toyrl
+    assert rec["code"]["toyrl"] == toyrl.__version__ and rec["code"]["torch"] == torch.__version__
+    if (REPO / ".git").exists():
+        assert rec["code"]["git"] and len(rec["code"]["git"].split("+")[0]) >= 7

@@ -89,6 +89,21 @@ def _setting(claim: Claim, quick: bool) -> dict:
             "arms": {a: claim.config(a, quick) for a in claim.arms}}
 
 
+def code_version() -> dict:
+    """The code a record was computed with: the toyrl and torch versions (``runlog.header``) and, in a git
+    checkout, the commit (``+dirty`` when tracked files differ from it); ``git`` is None outside one."""
+    import subprocess
+    from ..runlog import header
+    meta = header({})
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
+                                        timeout=10, check=True).stdout.strip()
+        commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "-uno") else "")
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"toyrl": meta["toyrl"], "torch": meta["torch"], "git": commit}
+
+
 def register(claim: Claim, seeds: list, quick: bool) -> dict:
     """The record written before any run: what is tested, how, on which seeds; verdict 'pending'."""
     cmd = (f"toyrl reproduce {claim.name} --seeds {len(seeds)} --first-seed {seeds[0]}"
@@ -101,7 +116,7 @@ def register(claim: Claim, seeds: list, quick: bool) -> dict:
                                "claimed": f"{'>' if t.sign > 0 else '<'} {t.threshold:g}"} for t in claim.tests],
             "seeds": list(seeds), "train_seeds": [train_seed(claim.name, s) for s in seeds],
             "verdict": "pending", "verdict_rule": VERDICT_RULE, "command": cmd, "notes": claim.notes,
-            "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "code": code_version()}
 
 
 def _finish(claim: Claim, rec: dict, runs: dict, out: Path, elapsed: float) -> dict:
