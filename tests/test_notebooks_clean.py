@@ -39,3 +39,32 @@ def test_structure(path):
     assert (ROOT / "solutions" / path.name).exists(), "a solution copy"
     for mod in re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", src, flags=re.M):
         assert mod in ALLOWED, f"{path.name} imports {mod}"
+
+
+def _sync_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sync_solutions", ROOT / "sync_solutions.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_solution_copy_is_the_lesson_with_answers(path):
+    """The solution copy differs from its lesson only in its exercise cells (python notebooks/sync_solutions.py)."""
+    sync = _sync_module()
+    lesson, solution = json.loads(path.read_text()), json.loads((ROOT / "solutions" / path.name).read_text())
+    src = lambda nb: ["".join(c["source"]) for c in nb["cells"]]                       # noqa: E731
+    assert src(solution) == src(sync.synced(lesson, solution)), \
+        f"solutions/{path.name} has drifted from its lesson: run python notebooks/sync_solutions.py {path.name}"
+    ids = lambda nb: [sync.exercise_id(c) for c in nb["cells"] if sync.exercise_id(c)]   # noqa: E731
+    assert ids(solution) == ids(lesson) and len(ids(lesson)) >= 2
+
+
+def test_sync_refuses_a_missing_answer():
+    sync = _sync_module()
+    ex = {"cell_type": "code", "source": ["answer = ...\n", "check('02.drop_step', answer)"]}
+    with pytest.raises(ValueError, match="02.drop_step"):
+        sync.synced({"cells": [ex]}, {"cells": []})
+    other = {"cell_type": "code", "source": ["x = 1"]}
+    assert sync.exercise_id(other) is None and sync.exercise_id(ex) == "02.drop_step"

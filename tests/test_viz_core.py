@@ -1,4 +1,5 @@
-"""The pure functions behind notebooks 00-03: every widget callback over its slider range, small sizes.
+"""The pure functions behind notebooks 02-03 and the shared plot helpers: every widget callback over its slider
+range, small sizes (notebooks 00 and 01: test_viz_trajectory.py, test_viz_credit.py).
 
 Outputs must be finite and correctly shaped, and each figure must draw those outputs (the arrays behind
 its lines, bars and images, the numbers its titles name); figures use the Agg backend (conftest).
@@ -9,10 +10,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import assert_figure_standard, assert_no_overlap, bar_heights, image_data, line_data
+from conftest import assert_figure_standard, bar_heights, line_data
 
-from toyrl.credit import ESTIMATORS
-from toyrl.viz import credit, echo, plots, ratios, trajectory
+from toyrl.viz import echo, plots, ratios
 
 
 # ---- plots -------------------------------------------------------------------------------------
@@ -58,131 +58,6 @@ def test_compare_runs_labels_every_panel():
     assert_figure_standard(fig, "GridWorld 4x4", "seed 0")
 
 
-# ---- trajectory (notebook 00) --------------------------------------------------------------------
-@pytest.mark.parametrize("env", ["gridworld", "mock_search", "bandit_chain"])
-@pytest.mark.parametrize("policy", ["tiny", "expert"])
-def test_rollout_views_agree(env, policy):
-    ro, core, codec = trajectory.sample_rollout(env, n=4, seed=1, policy=policy)
-    b = ro.batch
-    for row in range(b.B):
-        view = trajectory.flat_view(ro, row)
-        table = trajectory.turns_table(ro, row, core)
-        first = int(np.argmax(view["policy_mask"]))
-        assert first + sum(r["n_policy"] + r["n_env"] for r in table) == len(view["tokens"])
-        assert sum(r["n_policy"] for r in table) == int(b.policy_mask[row].sum())
-        assert len(table) == int(b.turn_mask[row].sum())
-        kinds = view["kind"]
-        assert set(np.unique(kinds)) <= set(range(1, len(plots.KINDS)))
-        assert (kinds[view["policy_mask"]] >= 2).all() and (kinds[view["policy_mask"]] <= 4).all()
-        texts = trajectory.episode_texts(env, ro.tasks[row], trajectory.turn_actions(ro, row))
-        assert 1 <= len(texts) <= len(table) + 1 and all(isinstance(t, str) and t for t in texts)
-
-
-@pytest.mark.parametrize("row", [0, 3])
-@pytest.mark.parametrize("seed", [0, 5])
-def test_rollout_figure_range(row, seed):
-    for env in ("gridworld", "mock_search"):
-        policy = "expert" if seed else "tiny"
-        top, bot = trajectory.rollout_figure(env, row=row, seed=seed, policy=policy).axes
-        ro, _, _ = trajectory.sample_rollout(env, n=4, seed=seed, policy=policy)
-        view = trajectory.flat_view(ro, min(row, ro.batch.B - 1))
-        shown = min(len(view["tokens"]), 80)
-        assert len(top.patches) == shown                                       # one coloured cell per token
-        assert len(bot.patches) == shown                                       # the same tokens, by turn
-        assert top.get_title() == (f"flat view: row {min(row, ro.batch.B - 1)}, {len(view['tokens'])} tokens "
-                                   f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)")
-    ro, core, _ = trajectory.sample_rollout("gridworld", n=4, seed=seed)
-    axes = trajectory.plot_turn_strips(ro, core).axes
-    assert [ax.get_title() for ax in axes] == [f"row {r}: R={float(ro.batch.outcome()[r]):.0f}" for r in range(4)]
-    for r, ax in enumerate(axes):
-        view = trajectory.flat_view(ro, r)
-        first = int(np.argmax(view["policy_mask"]))
-        in_turns = (view["turn_id"] >= 0) & (view["turn_id"] < 8) & (np.arange(len(view["turn_id"])) >= first)
-        assert len(ax.patches) == int(in_turns.sum())                        # the tokens of the first 8 turns
-
-
-def test_plot_training_on_rows():
-    rows = [{"step": i, "reward_mean": i / 10, "success_rate": 0.5, "reward_std": 0.1, "entropy": 1.0,
-             "turns_per_episode": 4.0, "void_turn_rate": 0.0} for i in range(8)]
-    axes = trajectory.plot_training(rows).axes
-    keys = ("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode", "void_turn_rate")
-    assert [ax.get_title() for ax in axes] == [plots.label(k) for k in keys]
-    assert [ax.get_ylabel() for ax in axes] == [plots.label(k) for k in keys]
-    assert_no_overlap(axes[0].figure)
-    for ax, k in zip(axes, keys):
-        raw = ax.get_lines()[0]
-        np.testing.assert_allclose(raw.get_xdata(), np.arange(8))
-        np.testing.assert_allclose(raw.get_ydata(), [r[k] for r in rows])
-    np.testing.assert_allclose(axes[0].get_lines()[1].get_ydata(), plots.smooth(np.arange(8) / 10, 5))
-
-
-# ---- credit (notebook 01) ------------------------------------------------------------------------
-@pytest.mark.parametrize("group_size", [2, 4, 8, 16])
-@pytest.mark.parametrize("slip", [0.0, 0.5])
-def test_all_estimators_finite(group_size, slip):
-    cb = credit.make_credit_batch(group_size=group_size, slip=slip, seed=0)
-    for values in ("mc", "zeros"):
-        adv = credit.all_advantages(cb, gamma=0.95, omega=1.0, values=values)
-        assert set(adv) == set(ESTIMATORS)
-        for name, a in adv.items():
-            assert a.shape == (cb.batch.B, cb.batch.H), name
-            assert np.isfinite(a).all(), name
-            assert (a[~cb.mask] == 0).all(), name
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
-def test_grpo_flat_gigpo_separates(seed):
-    cb = credit.make_credit_batch(seed=seed)
-    adv = credit.all_advantages(cb, ["grpo", "gigpo"], gamma=0.95)
-    assert credit.credit_spread(adv["grpo"], cb.mask).max() < 1e-5
-    g = credit.wasted_vs_progress(cb, adv["grpo"])
-    q = credit.wasted_vs_progress(cb, adv["gigpo"])
-    assert len(g["paired_gaps"]) >= 3 and np.abs(g["paired_gaps"]).max() < 1e-5   # same credit, every trajectory
-    assert q["progress_mean"] - q["wasted_mean"] > 0.5          # measured >= 0.52 on seeds 0-5
-    assert q["paired_gaps"].mean() > 0.2                        # measured >= 0.41 on seeds 0-4
-    q1 = credit.wasted_vs_progress(cb, credit.all_advantages(cb, ["gigpo"], gamma=1.0)["gigpo"])
-    assert abs(q1["progress_mean"] - q1["wasted_mean"]) < 0.1
-
-
-def test_credit_spread_example():
-    adv = np.array([[1.0, 1.0, 0.0], [2.0, -1.0, 5.0]])
-    mask = np.array([[1, 1, 0], [1, 1, 1]], bool)
-    np.testing.assert_allclose(credit.credit_spread(adv, mask), [0.0, 6.0])
-
-
-@pytest.mark.parametrize("gamma", [0.5, 0.75, 1.0])
-@pytest.mark.parametrize("omega", [0.0, 1.0, 2.0])
-def test_credit_panel_range(gamma, omega):
-    cb = credit.make_credit_batch(group_size=4, slip=0.2)
-    for est in ("gigpo", "gae", "archer"):
-        fig = credit.credit_panel(est, gamma=gamma, omega=omega, group_size=4, slip=0.2)
-        adv = credit.all_advantages(cb, ["grpo", est], gamma=gamma, omega=omega)
-        for ax, name in zip(fig.axes[:2], ("grpo", est)):
-            shown = image_data(ax)                                             # (H, B): turns x trajectories
-            np.testing.assert_allclose(shown.filled(0), (adv[name] * cb.mask).T, atol=1e-6)
-            assert (shown.mask == ~cb.mask.T).all()                           # padding turns left blank
-        assert fig.axes[1].get_title() == f"{est} (gamma={gamma}, omega={omega})"
-        count = image_data(fig.axes[2])
-        np.testing.assert_allclose(count, credit.anchor_map(cb, 0, gamma)[0])  # the anchor-state counts
-    count, per_action = credit.anchor_map(cb, 0, gamma)
-    assert count.shape == (4, 4) and per_action.shape == (4, 4, 5)
-    assert count.sum() == cb.mask[cb.batch.group.numpy() == 0].sum()
-    # A^S averages to 0 over each anchor state
-    a_s = credit.step_advantage(cb, gamma)
-    assert np.isfinite(a_s).all()
-
-
-def test_plot_estimators_grid():
-    cb = credit.make_credit_batch(group_size=4)
-    adv = credit.all_advantages(cb)
-    fig = credit.plot_estimators(adv, cb.mask, success=cb.success)
-    panels = [a for a in fig.axes if a.images]
-    assert [a.get_title() for a in panels] == list(adv) and len(panels) == len(ESTIMATORS)
-    for ax in panels:
-        np.testing.assert_allclose(image_data(ax).filled(0), (adv[ax.get_title()] * cb.mask).T, atol=1e-6)
-        assert [t.get_text() for t in ax.get_xticklabels()] == ["+" if s else "." for s in cb.success]
-
-
 # ---- echo (notebook 02) --------------------------------------------------------------------------
 def test_drop_step_rule():
     assert echo.drop_step([0, .4, .4, .4, .1, .1, .1], window=1, frac=.5, min_peak=.3) == 4
@@ -193,12 +68,23 @@ def test_drop_step_rule():
     assert echo.collapse_steps(rows, window=1) == (12, 15)
 
 
+def test_freeze_step():
+    cols = {"step": [0, 1, 2], "zero_var_frac": [.2, .9, 1.], "reward_mean": [.1, .2, .6]}
+    assert echo.freeze_step(cols, window=1) == 2                 # the docstring's example
+    assert echo.freeze_step({**cols, "step": [5, 6, 7]}, window=1) == 7     # a step of the log, not an index
+    assert echo.freeze_step({**cols, "reward_mean": [0, 0, 0]}, window=1) is None   # all fail: silent, not frozen
+    assert echo.freeze_step({**cols, "zero_var_frac": [.2, .9, .89]}, window=1) is None
+    # smoothed: the share averages to (.9 + 1) / 2 = .95 over the last two steps, the mean to .4
+    assert echo.freeze_step(cols, window=2) == 2
+
+
 def test_shipped_echo_runs_support_the_notebook():
     runs = echo.load_runs()
     assert {v for v, _ in runs} == set(echo.VARIANTS)
     summary = echo.summarize_runs({k: v for k, v in runs.items() if k[0] == "grpo"})
-    collapsed = [s for s in summary if s["mean_drop"] is not None]
-    assert len(collapsed) >= 3 and all(s["std_first"] for s in collapsed)
+    frozen = [echo.freeze_step(runs[k]) for k in sorted(runs) if k[0] == "grpo"]
+    assert sum(f is not None for f in frozen) >= 3                    # the notebook's freeze: most GRPO seeds
+    assert all(s["final_mean"] > 0.5 * s["peak_mean"] for s in summary)   # ... and no run ends collapsed
     size = sum(p.stat().st_size for p in echo.DATA_DIR.glob("*.jsonl"))
     assert size < 1_000_000
     with open(next(echo.DATA_DIR.glob("grpo_s0.jsonl"))) as f:
@@ -232,25 +118,31 @@ def test_echo_panel_range(filter_on, top_p, critic, clip_higher):
     v = echo.variant_name(filter_on, top_p, critic, clip_higher)
     assert v in echo.VARIANTS
     runs = echo.load_runs(variant=v)
-    for seed in (0, 1):
-        left, right = echo.echo_panel(filter_on, top_p, critic, clip_higher, seed).axes
+    for seed in (0, 1, 2):
+        fig = echo.echo_panel(filter_on, top_p, critic, clip_higher, seed)
+        left, right = fig.axes
         log = runs[(v, seed)]
         s, m = echo.collapse_steps(log)
-        assert left.figure.texts[0].get_text() == f"{v}, seed {seed}: std drop at {s}, mean drop at {m}"
+        f = echo.freeze_step(log)
+        assert fig.texts[0].get_text() == (f"{v}, {echo.SETTING_NAME}, seed {seed}: std drop at {s}, mean drop at {m}, "
+                                           f"freeze at {f}")
+        assert_figure_standard(fig, v, f"seed {seed}")
         drawn = line_data(left)
         cols = plots.log_columns(log, ["reward_mean", "reward_std"])
         for k in ("reward_mean", "reward_std"):
             np.testing.assert_allclose(drawn[k][1], plots.smooth(cols[k], 5), equal_nan=True)
         marks = {lab: x[0] for lab, (x, _) in drawn.items() if "(step" in lab}
-        assert marks == {f"{lab} (step {x})": x for lab, x in (("std drop", s), ("mean drop", m)) if x is not None}
+        assert marks == {f"{lab} (step {x})": x for lab, x in (("std drop", s), ("mean drop", m), ("freeze", f))
+                         if x is not None}
         assert set(line_data(right)) >= {f"{k} (nats)" for k in ("template_entropy", "template_mi")
                                          if k in log.rows[0]}
 
 
 def test_echo_precompute_and_live(tmp_path):
-    paths = echo.precompute(tmp_path, variants=["grpo"], seeds=[0], steps=2)
+    paths = echo.precompute(tmp_path, variants=["grpo", "critic"], seeds=[1], grpo_seeds=[0], steps=2)
     runs = echo.load_runs(tmp_path)
-    assert len(paths) == 1 and len(runs[("grpo", 0)].rows) == 2
+    assert [p.name for p in paths] == ["grpo_s0.jsonl", "critic_s1.jsonl"]      # GRPO on its own seeds
+    assert set(runs) == {("grpo", 0), ("critic", 1)} and len(runs[("grpo", 0)].rows) == 2
     assert set(runs[("grpo", 0)].rows[0]) == set(echo.KEEP_KEYS)
     fig = echo.echo_panel(seed=0, live=True, steps=2)
     assert len(fig.axes) == 2 and len(line_data(fig.axes[0])["reward_mean"][1]) == 2   # the 2 steps just trained

@@ -5,11 +5,13 @@ modules can be added without registering them):
 
 - ``toyrl.viz.plots``       shared matplotlib helpers: token colours, masked heatmaps, run-log curves
 - ``toyrl.viz.trajectory``  notebook 00: a rollout turn by turn, flat vs turn view, a training log
+- ``toyrl.viz.setting``     the setting words every figure title names (env, who played, group)
+- ``toyrl.viz.credit_batch`` notebook 01's batch: a noisy expert's rollouts and what each estimator needs
 - ``toyrl.viz.credit``      notebook 01: every estimator on one batch, GiGPO anchor groups on the map
 - ``toyrl.viz.echo``        notebook 02: the Echo Trap, collapse-step detection, precomputed runs
 - ``toyrl.viz.ratios``      notebook 03: env-token masking, ratio levels, clipping under staleness
 - ``toyrl.viz.void``, ``context``, ``critics``, ``trees``, ``aggregation``, ``prototype``: notebooks 04-10
 
 A widget callback is a thin wrapper: ``fig = toyrl.viz.credit.plot_estimators(...)`` with the slider
-values as keyword arguments; ``tests/test_viz_core.py`` calls the same functions over each slider range.
+values as keyword arguments; the ``tests/test_viz_*.py`` files call the same functions over each slider range.
 """

@@ -32,8 +32,9 @@ __all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advant
            "grid_config", "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "agg_panel", "precompute",
            "KEYS", "SETTING"]
 
-SETTING = "GridWorld 4x4, P=4 x G=8"
-"""the setting of this notebook's sweeps (``grid_config``), named in its figure titles"""
+SETTING = "GridWorld 4x4, P=4 x G=8, think <= 4"
+"""the setting of this notebook's sweeps (``grid_config``: at most 4 reasoning tokens per turn), named in its
+figure titles"""
 KEYS = ("reward_mean", "success_rate", "turns_per_episode", "zero_var_frac", "clip_frac", "grad_norm")
 
 
@@ -108,8 +109,10 @@ def weights_panel(short: int = 3, long: int = 24, G: int = 8):
 
 
 def grid_config(steps: int = 30, seed: int = 0, **kw) -> TrainConfig:
-    """GridWorld 4x4 (16 turns at most), P = 4 tasks x G = 8."""
+    """GridWorld 4x4 (16 turns at most), P = 4 tasks x G = 8, up to 4 reasoning tokens per turn (as the
+    ledger's lakes arms: without reasoning a turn is one action token and its ratio is the token's)."""
     env_kwargs = kw.pop("env_kwargs", {"map_name": "4x4", "max_turns": 16})
+    kw.setdefault("think_max", 4)
     return TrainConfig(env="gridworld", env_kwargs=env_kwargs, prompts_per_step=4, group_size=8, steps=steps,
                        seed=seed, progress=False, **kw)
 

@@ -34,9 +34,9 @@ from ..runlog import RunLog, encode
 from ..train import TrainConfig, train
 from .plots import log_columns, mark_steps, new_figure, smooth
 
-__all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "precompute",
-           "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "ledger_tests", "DATA_DIR",
-           "LEDGER_DIR"]
+__all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "freeze_step",
+           "precompute", "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "ledger_tests",
+           "DATA_DIR", "LEDGER_DIR", "SETTING_NAME"]
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "echo_trap"
 LEDGER_DIR = Path(__file__).resolve().parents[2] / "data" / "claims"
@@ -45,6 +45,9 @@ LEDGER_DIR = Path(__file__).resolve().parents[2] / "data" / "claims"
 #: optimizer (lr 3e-2, 4 PPO epochs, no gradient clipping), no KL, 2 thinking tokens, small groups;
 #: the ledger's ``COLLAPSE_BASE`` (claim echo_collapse, one copy) run for 120 steps
 ECHO_BASE = dict(COLLAPSE_BASE, steps=120)
+
+SETTING_NAME = "aggressive GRPO on random 4x4 lakes"
+"""ECHO_BASE in words, named in the widget figure's title"""
 
 #: the runs the notebook's widget chooses between: name -> overrides of ECHO_BASE
 VARIANTS = {
@@ -108,19 +111,36 @@ def collapse_steps(log, *, window: int = 5, std_frac: float = 0.5, std_min_peak:
     return at(s), at(m)
 
 
+def freeze_step(log, *, window: int = 5, zero_var: float = 0.9, mean_min: float = 0.4) -> Optional[int]:
+    """The step at which a run *freezes*: the first step where the trailing ``window``-average zero-variance
+    share reaches ``zero_var`` while the same average of the mean reward is still >= ``mean_min``. Nearly every
+    group is silent (all G rollouts earn the same reward, so A = 0 and the gradient is zero), yet the reward is
+    kept: the policy answers each task one way and nothing moves it. None if it never happens.
+
+    Example (window 1): zero_var_frac [.2, .9, 1], reward_mean [.1, .2, .6] -> step 2 (at step 1 the mean is
+    still below 0.4).
+    """
+    cols = log_columns(log, ["step", "zero_var_frac", "reward_mean"])
+    z, m = smooth(cols["zero_var_frac"], window), smooth(cols["reward_mean"], window)
+    hit = np.nan_to_num(z) >= zero_var
+    hit &= np.nan_to_num(m) >= mean_min
+    return int(cols["step"][np.argmax(hit)]) if hit.any() else None
+
+
 def _slim(rows: list) -> list:
     return [{k: r.get(k) for k in KEEP_KEYS} for r in rows]
 
 
 def precompute(out_dir=DATA_DIR, variants: Sequence[str] = tuple(VARIANTS), seeds: Sequence[int] = (0, 1, 2),
-               steps: Optional[int] = None) -> list[Path]:
+               steps: Optional[int] = None, grpo_seeds: Sequence[int] = (0, 1, 2, 3, 4, 5)) -> list[Path]:
     """Train every (variant, seed) and write ``out_dir/{variant}_s{seed}.jsonl`` (KEEP_KEYS only,
-    the config on the first line as {"config": ...}). Returns the paths."""
+    the config on the first line as {"config": ...}); plain GRPO runs on ``grpo_seeds``, every other
+    variant on ``seeds``. Returns the paths. ``python -m toyrl.viz.echo`` writes the shipped set."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for v in variants:
-        for seed in seeds:
+        for seed in (grpo_seeds if v == "grpo" else seeds):
             cfg = echo_config(v, seed, steps)
             log = train(cfg)
             path = out_dir / f"{v}_s{seed}.jsonl"
@@ -170,9 +190,10 @@ ECHO_KEYS = ("reward_mean", "reward_std", "zero_var_frac", "template_entropy", "
 
 
 def plot_echo(log, *, window: int = 5, title: str = "", keys: Sequence[str] = ECHO_KEYS, **rule):
-    """All Echo Trap signals on one time axis (each scaled to its own max), with the std-drop and
-    mean-drop steps of ``collapse_steps`` marked."""
+    """All Echo Trap signals on one time axis, with the std-drop and mean-drop steps of ``collapse_steps``
+    and the ``freeze_step`` marked (each only where it is found)."""
     s, m = collapse_steps(log, window=window, **rule)
+    marks = {"std drop": s, "mean drop": m, "freeze": freeze_step(log, window=window)}
     cols = log_columns(log, ["step", *keys])
     step = cols["step"]
     fig, axes = new_figure(1, 2, width=5.2, height=3.2)
@@ -182,16 +203,18 @@ def plot_echo(log, *, window: int = 5, title: str = "", keys: Sequence[str] = EC
     for k in ("reward_mean", "reward_std", "zero_var_frac"):
         if k in keys:
             ax.plot(step, smooth(cols[k], window), label=k, color=colors[k], lw=1.6)
-    mark_steps(ax, {"std drop": s, "mean drop": m})
+    mark_steps(ax, marks)
     ax.set_xlabel("step", fontsize=8)
+    ax.set_ylabel(f"reward, std, share ({window}-step mean)", fontsize=8)
     ax.set_title("reward and its within-group spread", fontsize=9)
     ax.legend(fontsize=7)
     ax2 = axes[0, 1]
     for k in ("template_entropy", "template_mi"):
         if k in keys:
             ax2.plot(step, smooth(cols[k], window), label=k + " (nats)", color=colors[k], lw=1.6)
-    mark_steps(ax2, {"std drop": s, "mean drop": m})
+    mark_steps(ax2, marks)
     ax2.set_xlabel("step", fontsize=8)
+    ax2.set_ylabel("nats", fontsize=8)
     ax2.set_title("reasoning-template diversity", fontsize=9)
     ax2.legend(fontsize=7)
     if title:
@@ -213,4 +236,9 @@ def echo_panel(filter_on: bool = False, top_p: float = 0.25, critic: bool = Fals
             raise FileNotFoundError(f"no precomputed run {v}_s{seed} in {data_dir}; pass live=True")
         log = runs[(v, seed)]
     s, m = collapse_steps(log)
-    return plot_echo(log, title=f"{v}, seed {seed}: std drop at {s}, mean drop at {m}")
+    return plot_echo(log, title=f"{v}, {SETTING_NAME}, seed {seed}: std drop at {s}, mean drop at {m}, "
+                                f"freeze at {freeze_step(log)}")
+
+
+if __name__ == "__main__":
+    print(precompute())

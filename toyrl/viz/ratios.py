@@ -34,7 +34,7 @@ from ..envs import make_core
 from ..policies.factory import build_policy
 from ..demos import ScriptedPolicy
 from ..rollout import Episode, play, recompute_logp, to_rollout
-from .credit import noisy_expert
+from .credit_batch import noisy_expert
 from .plots import legend, new_figure
 
 __all__ = ["RATIO_ENVS", "EPS_KEYS", "scaled_clip_kwargs", "stale_setup", "ratio_stats", "compare_schemes",

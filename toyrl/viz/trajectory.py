@@ -9,7 +9,8 @@ table with one row per turn). This module computes both views of one row, and dr
 
     ro, core, codec = sample_rollout("gridworld", n=4, seed=0)
     table = turns_table(ro, row=0, core=core)             # list of dicts, one per turn
-    fig = plot_flat_vs_turns(ro, row=0, core=core)         # flat strip above, one strip per turn below
+    fig = plot_flat_vs_turns(ro, row=0, core=core)         # flat strip above, one strip per turn below; the title
+                                                           # names the setting (toyrl.viz.setting)
 """
 from __future__ import annotations
 
@@ -25,10 +26,13 @@ from ..envs import make_core
 from ..envs.core import VOID
 from ..policies.factory import build_policy
 from ..rollout import Rollout, rollout, to_rollout
-from .plots import KIND_COLORS, KINDS, new_figure, plot_log
+from .credit_batch import noisy_expert, play_scripted
+from .plots import KIND_COLORS, KINDS, log_columns, new_figure, plot_log
+from .setting import rollout_setting, run_setting
 
 __all__ = ["sample_rollout", "token_kinds", "token_labels", "flat_view", "turns_table", "turn_actions",
-           "episode_texts", "plot_flat_vs_turns", "rollout_figure", "plot_turn_strips", "plot_training", "ENV_PRESETS"]
+           "episode_texts", "plot_flat_vs_turns", "rollout_figure", "plot_turn_strips", "plot_training", "ENV_PRESETS",
+           "EXPERT_SLIPS", "player"]
 
 #: small settings of each env for drawing (MockSearch: 1 noise sentence so a turn fits a figure)
 ENV_PRESETS = {
@@ -36,6 +40,8 @@ ENV_PRESETS = {
     "bandit_chain": {"stages": 3, "arms": 3, "layout_seed": 0, "max_turns": 6},
     "mock_search": {"noise_sentences": 1, "max_turns": 3, "hops": (1, 2)},
 }
+#: the ``"expert"`` player of ``sample_rollout``: the planner, a random move w.p. eps, of those a void turn w.p. p_void
+EXPERT_SLIPS = {"eps": 0.3, "p_void": 0.3}
 
 
 @lru_cache(maxsize=16)
@@ -46,8 +52,8 @@ def _cached(env: str, n: int, seed: int, temperature: float, policy: str, kw: tu
     tasks = np.repeat(core.sample_tasks(rng, 1), n, 0)                        # one group: same initial state
     group = np.zeros(n, dtype=np.int64)
     if policy == "expert":                                                    # the planner, with random slips
-        from .credit import noisy_expert, play_scripted
-        eps = play_scripted(core, codec, tasks, group, noisy_expert(0.3, 0.3, seed), keep_states=False)
+        chooser = noisy_expert(EXPERT_SLIPS["eps"], EXPERT_SLIPS["p_void"], seed)
+        eps = play_scripted(core, codec, tasks, group, chooser, keep_states=False)
         return to_rollout(eps, codec, "cpu"), core, codec
     gen = torch.Generator().manual_seed(seed)
     ro = rollout(pol, core, tasks, group, codec=codec, temperature=temperature, generator=gen)
@@ -66,30 +72,38 @@ def sample_rollout(env: str = "gridworld", n: int = 4, seed: int = 0, *, tempera
     return _cached(env, int(n), int(seed), float(temperature), policy, tuple(sorted(kw.items())))
 
 
+def player(policy: str = "tiny", seed: int = 0, temperature: float = 1.0) -> str:
+    """Who plays a ``sample_rollout(..., seed=seed, policy=policy)`` group, as a figure names it.
+
+    Example: player("tiny") -> "untrained tiny policy (T=1), seed 0"; player("expert", 2) ->
+    "noisy planner (eps 0.3, void 0.3), seed 2".
+    """
+    if policy == "expert":
+        return f"noisy planner (eps {EXPERT_SLIPS['eps']:g}, void {EXPERT_SLIPS['p_void']:g}), seed {seed}"
+    return f"untrained {policy} policy (T={temperature:g}), seed {seed}"
+
+
 def token_kinds(ro: Rollout, row: int) -> np.ndarray:
-    """(T,) int codes into ``KINDS`` of row ``row``: pad, prompt, think, action, void (EOT or a
-    token that voids the turn), obs. Example: BOS o o | t a | SEP o | EOT -> 1 1 1 2 3 5 5 4."""
-    b, codec = ro.batch, ro.codec
-    tok = b.tokens[row].cpu().numpy()
-    pm = b.policy_mask[row].cpu().numpy()
-    tid = b.turn_id[row].cpu().numpy()
-    kinds = np.zeros(len(tok), dtype=np.int64)                               # (T,) pad
-    kinds[tid >= 0] = KINDS.index("obs")
-    first = int(np.argmax(pm)) if pm.any() else len(tok)
-    kinds[:first][tid[:first] >= 0] = KINDS.index("prompt")
-    think = pm & (tok >= codec.think0) & (tok < codec.act0)
-    act = pm & (tok >= codec.act0) & (tok < codec.obs0)
-    kinds[think] = KINDS.index("think")
-    kinds[act] = KINDS.index("action")
-    kinds[pm & ~think & ~act] = KINDS.index("void")
-    void = b.void_turn[row].cpu().numpy() if b.void_turn is not None else np.zeros(b.H, bool)
-    for k in np.flatnonzero(void):                                           # a void turn's tokens all void
-        kinds[pm & (tid == k)] = KINDS.index("void")
-    return kinds
+    """(T,) int codes into ``KINDS`` of row ``row``, read off its episode (prompt, then per turn the policy
+    side's tokens and the env's): pad, prompt, think (reasoning tokens and END, the toy's ``</think>``,
+    sampled or written by the grammar), action, void (every token of a void turn, or a token that voids
+    it), obs. Example: BOS o o | t END a | SEP o | EOT | SEP o -> 1 1 1 2 2 3 5 5 4 5 5."""
+    codec, ep = ro.codec, ro.episodes[row]
+    kinds = [KINDS.index("prompt")] * len(ep.prompt)
+    for t in ep.turns:
+        g = np.asarray(t.gen)
+        think = ((g >= codec.think0) & (g < codec.act0)) | (g == getattr(codec, "END", -1))
+        k = np.where((g >= codec.act0) & (g < codec.obs0), KINDS.index("action"), KINDS.index("void"))
+        k = np.where(think, KINDS.index("think"), k)
+        kinds += [KINDS.index("void")] * len(g) if t.void else k.tolist()
+        kinds += [KINDS.index("obs")] * len(t.obs)
+    out = np.zeros(ro.batch.T, dtype=np.int64)                               # (T,) pad
+    out[np.flatnonzero(ro.batch.turn_id[row].cpu().numpy() >= 0)] = kinds    # real tokens come first
+    return out
 
 
 def token_labels(ro: Rollout, row: int, core=None) -> list[str]:
-    """(T,) short text of each token of row ``row``: BOS, SEP, EOT, think tokens ``t0``, actions by
+    """(T,) short text of each token of row ``row``: BOS, SEP, EOT, END, think tokens ``t0``, actions by
     the env's ``action_text`` (or ``a3``), observation tokens decoded by the env where it can."""
     codec, tok = ro.codec, ro.batch.tokens[row].cpu().tolist()
     tid = ro.batch.turn_id[row].cpu().tolist()
@@ -97,8 +111,8 @@ def token_labels(ro: Rollout, row: int, core=None) -> list[str]:
     for t, k in zip(tok, tid):
         if k < 0:
             out.append("")
-        elif t in (codec.PAD, codec.BOS, codec.EOT, codec.SEP):
-            out.append(("PAD", "BOS", "EOT", "SEP")[t])
+        elif t in (codec.PAD, codec.BOS, codec.EOT, codec.SEP, getattr(codec, "END", -1)):
+            out.append(("PAD", "BOS", "EOT", "SEP", "END")[t])
         elif t < codec.act0:
             out.append(f"t{t - codec.think0}")
         elif t < codec.obs0:
@@ -191,30 +205,39 @@ def _strip(ax, kinds: np.ndarray, labels: list, y: float = 0.0, fontsize: float 
     for x, (k, lab) in enumerate(zip(kinds, labels)):
         ax.add_patch(mpatches.Rectangle((x, y), 0.95, 0.9, color=KIND_COLORS[KINDS[k]]))
         if lab:
-            ax.text(x + 0.47, y + 0.45, _short(lab), ha="center", va="center", fontsize=fontsize,
+            ax.text(x + 0.47, y + 0.45, _short(lab), ha="center", va="center", fontsize=fontsize, clip_on=True,
                     color="white" if KINDS[k] in ("action", "void", "obs") else "black")
 
 
-def plot_flat_vs_turns(ro: Rollout, row: int = 0, core=None, *, max_tokens: int = 80):
+def _kinds_legend(fig) -> None:                                              # the token colours, under the panels
+    handles = [mpatches.Patch(color=KIND_COLORS[k], label=k) for k in KINDS[1:]]
+    fig.legend(handles=handles, fontsize=7, ncol=len(handles), loc="outside lower center", title="token kind",
+               title_fontsize=7)
+
+
+def plot_flat_vs_turns(ro: Rollout, row: int = 0, core=None, *, max_tokens: int = 80,
+                       played_by: Optional[str] = None):
     """Top: the flat token sequence of row ``row`` coloured by kind, turn boundaries dashed. Bottom:
-    the same tokens re-laid one turn per line (what the env saw), prompt first."""
+    the same tokens re-laid one turn per line (what the env saw), prompt first. The title names
+    ``rollout_setting(ro, core, played_by)`` and the row."""
     view = flat_view(ro, row)
     labels = [lab for lab in token_labels(ro, row, core) if lab]
     kinds, tid = view["kind"][:max_tokens], view["turn_id"][:max_tokens]
     labels = labels[:max_tokens]
-    pm = view["policy_mask"][:max_tokens]
-    first = int(np.argmax(pm)) if pm.any() else len(pm)
+    first = min(len(ro.episodes[row].prompt), len(kinds))                   # the prompt ends where turn 0 starts
     lines = [np.arange(first)] + [np.flatnonzero((tid == k) & (np.arange(len(tid)) >= first))
                                  for k in range(int(tid.max()) + 1 if len(tid) else 0)]
     width = max(len(kinds), 1)
-    fig, (top, bot) = plt.subplots(2, 1, figsize=(min(16, 1.5 + 0.3 * width), 1.6 + 0.3 * len(lines)),
-                                   gridspec_kw={"height_ratios": [1.2, 0.3 + 0.3 * len(lines)]})
+    fig, (top, bot) = plt.subplots(2, 1, figsize=(min(16, 2.5 + 0.3 * width), 2.6 + 0.3 * len(lines)),
+                                   gridspec_kw={"height_ratios": [1.2, 0.3 + 0.3 * len(lines)]}, layout="constrained")
     _strip(top, kinds, labels)
     for x in np.flatnonzero(np.diff(tid) != 0) + 1:
         top.axvline(x - 0.025, color="black", ls="--", lw=0.8)
     top.set_xlim(0, max(len(kinds), 1))
     top.set_ylim(0, 1)
-    top.set_yticks([])
+    top.yaxis.set_visible(False)                                             # one strip: no y data
+    top.set_xlabel("token position t in the flat row (dashed: turn boundaries)", fontsize=8)
+    top.tick_params(labelsize=7)
     top.set_title(f"flat view: row {row}, {len(view['tokens'])} tokens "
                   f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)", fontsize=9)
     for j, pos in enumerate(lines):
@@ -224,22 +247,23 @@ def plot_flat_vs_turns(ro: Rollout, row: int = 0, core=None, *, max_tokens: int 
     bot.set_yticks([-j + 0.45 for j in range(len(lines))])
     bot.set_yticklabels(["prompt"] + [f"turn {k}" for k in range(len(lines) - 1)], fontsize=7)
     bot.set_xticks([])
+    bot.set_xlabel("token within the line", fontsize=8)
+    bot.set_ylabel("line", fontsize=8)
     bot.set_title("turn view: the same tokens, one turn per line", fontsize=9)
-    handles = [mpatches.Patch(color=KIND_COLORS[k], label=k) for k in KINDS[1:]]
-    bot.legend(handles=handles, fontsize=7, ncol=5, loc="upper right", bbox_to_anchor=(1, -0.02))
-    fig.tight_layout()
+    _kinds_legend(fig)
+    fig.suptitle(f"{rollout_setting(ro, core, played_by)}: row {row}", fontsize=10, wrap=True)
     return fig
 
 
-def plot_turn_strips(ro: Rollout, core=None, *, rows: Optional[list] = None, max_turns: int = 8):
+def plot_turn_strips(ro: Rollout, core=None, *, rows: Optional[list] = None, max_turns: int = 8,
+                     played_by: Optional[str] = None):
     """One small strip per turn for several rows side by side: policy tokens vs env tokens per turn,
-    how long each turn is, and where void turns happen."""
+    how long each turn is, and where void turns happen. The title names ``rollout_setting``."""
     rows = list(range(min(ro.batch.B, 4))) if rows is None else list(rows)
-    fig, axes = new_figure(1, len(rows), width=3.2, height=0.4 + 0.35 * max_turns)
-    for ax, r in zip(axes[0], rows):
+    fig, axes = new_figure(1, len(rows), width=3.2, height=2.2 + 0.35 * max_turns, sharey=True, layout="constrained")
+    for j, (ax, r) in enumerate(zip(axes[0], rows)):
         view, labels = flat_view(ro, r), [lab for lab in token_labels(ro, r, core) if lab]
-        pm, tid = view["policy_mask"], view["turn_id"]
-        first = int(np.argmax(pm)) if pm.any() else len(pm)
+        tid, first = view["turn_id"], len(ro.episodes[r].prompt)
         width = 1
         for k in range(min(int(tid.max()) + 1, max_turns)):
             pos = np.flatnonzero((tid == k) & (np.arange(len(tid)) >= first))
@@ -249,19 +273,29 @@ def plot_turn_strips(ro: Rollout, core=None, *, rows: Optional[list] = None, max
         ax.set_ylim(-max_turns + 1, 1)
         ax.set_yticks([-k + 0.45 for k in range(max_turns)])
         ax.set_yticklabels([f"turn {k}" for k in range(max_turns)], fontsize=6)
+        ax.yaxis.set_visible(j == 0)                                         # shared turns: labelled once
+        ax.set_ylabel("turn", fontsize=8)
         ax.set_xticks([])
+        ax.set_xlabel("token within the turn", fontsize=8)
         ax.set_title(f"row {r}: R={float(ro.batch.outcome()[r]):.0f}", fontsize=8)
-    fig.tight_layout()
+    _kinds_legend(fig)
+    fig.suptitle(f"{rollout_setting(ro, core, played_by)}: the first {max_turns} turns of rows "
+                 f"{', '.join(map(str, rows))}", fontsize=10, wrap=True)
     return fig
 
 
 def rollout_figure(env: str = "gridworld", row: int = 0, seed: int = 0, policy: str = "tiny", n: int = 4):
-    """The widget figure of notebook 00: ``plot_flat_vs_turns`` of one row of ``sample_rollout``."""
+    """The widget figure of notebook 00: ``plot_flat_vs_turns`` of one row of ``sample_rollout``, its
+    title naming the env, the ``player`` and the group."""
     ro, core, _ = sample_rollout(env, n=n, seed=seed, policy=policy)
-    return plot_flat_vs_turns(ro, min(row, ro.batch.B - 1), core)
+    return plot_flat_vs_turns(ro, min(row, ro.batch.B - 1), core, played_by=player(policy, seed))
 
 
 def plot_training(log, keys=("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode",
                              "void_turn_rate"), window: int = 5):
-    """The curves of a training RunLog (one panel per key, smoothed over ``window`` steps)."""
-    return plot_log(log, list(keys), window=window, ncols=3)
+    """The curves of a training RunLog (one panel per key, grey raw, dark smoothed over ``window`` steps),
+    titled with ``run_setting(log.config)`` (a list of rows without a config: the number of steps)."""
+    config = getattr(log, "config", None)
+    setting = run_setting(config) if config else f"training log, {len(log_columns(log, ['step'])['step'])} steps"
+    smoothed = f" (dark line: mean of the last {window} steps)" if window > 1 else ""
+    return plot_log(log, list(keys), window=window, ncols=3, title=setting + smoothed)

@@ -9,6 +9,18 @@ after the branch point. ``t2po_eta`` regenerates turns whose uncertainty stalled
 spends extra tokens. The turns of a shared prefix carry one node id (``TurnBatch.node``), which is
 all ``tree_edges`` needs to draw the tree.
 
+Every arm plays the claims ledger's ``tree_rollout`` setting (``toyrl.claims.credit``): random 4x4 lakes (a new
+map per task, 12 turns at most), P=4 tasks x G=8. Two success rates are logged, and they are not the same thing:
+
+- ``success_rate``: the success of the training batch's rows. For a tree arm the rows are leaves that share
+  prefixes and were grown from the chains the tree chose to branch, so this is not the policy's success on an
+  episode it plays from the start;
+- ``eval_success_rate``: ``EVAL_EPISODES`` fresh independent episodes on a fixed held-out task set, every
+  ``EVAL_EVERY`` steps and after the last (``Trainer.evaluate``); NaN on the other steps of a sweep.
+
+``key_curves`` / ``final_evaluated`` read such a sparse column at its evaluated steps only; ``success_gap`` and
+``final_table`` put both rates of every arm side by side, and ``plot_tree_panel`` draws them next to each other.
+
 Precompute the learning curves: ``python -m toyrl.viz.trees`` (writes data/runs/trees/curves.json).
 """
 from __future__ import annotations
@@ -19,28 +31,40 @@ import numpy as np
 import torch
 
 from ..train import TrainConfig, Trainer
-from .prototype import arms_figure, sweep_precompute
+from .plots import label
+from .prototype import arm_curves, curve_stats, draw_curves, final_mean, sweep_precompute
 
 __all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "leaf_outcomes", "draw_tree",
-           "sample_tree", "tree_panel", "plot_tree_panel", "tree_curve_panel", "precompute", "KEYS", "SETTING",
-           "TREE_SETTING"]
+           "sample_tree", "tree_panel", "evaluated_steps", "last_evaluated", "final_evaluated", "success_gap",
+           "key_curves", "final_table",
+           "plot_tree_panel", "tree_curve_panel", "precompute", "KEYS", "SETTING", "TREE_SETTING", "EVAL_KEY",
+           "EVAL_EVERY", "EVAL_EPISODES", "STEPS"]
 
-KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode")
-SETTING = "GridWorld 4x4, P=4 x G=8 token budget"
+EVAL_KEY = "eval_success_rate"
+"""success on fresh independent episodes (``Trainer.evaluate``), logged every ``EVAL_EVERY`` steps"""
+EVAL_EVERY = 5
+"""steps between two evaluations (the ledger: 10; 5 here, to draw a curve)"""
+EVAL_EPISODES = 32
+"""fresh episodes per evaluation, one per held-out task (the ledger's number)"""
+STEPS = 60
+"""RL steps of the stored sweep (the ledger's number)"""
+KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode", EVAL_KEY)
+SETTING = "GridWorld 4x4 random lakes, P=4 x G=8 token budget"
 """the setting of the sweep (``tree_arms``), named in its learning-curve titles"""
-TREE_SETTING = "GridWorld 4x4, untrained policy, G=8 token budget"
+TREE_SETTING = "GridWorld 4x4 random lakes, untrained policy, G=8 token budget"
 """the setting of ``sample_tree``'s batches, named in the tree figures' titles"""
 
 
-def grid_config(rollout: str = "independent", *, estimator: str = "grpo", steps: int = 30, seed: int = 0,
+def grid_config(rollout: str = "independent", *, estimator: str = "grpo", steps: int = STEPS, seed: int = 0,
                 prompts_per_step: int = 4, **kw) -> TrainConfig:
-    """GridWorld 4x4 (16 turns at most), G = 8 per task: the budget every arm is held to."""
-    return TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, rollout=rollout,
+    """The ledger's ``tree_rollout`` setting: random 4x4 lakes (12 turns at most), G = 8 per task (the budget
+    every arm is held to), fresh-episode evaluation every ``EVAL_EVERY`` steps on ``EVAL_EPISODES`` tasks."""
+    return TrainConfig(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, rollout=rollout,
                        estimator=estimator, prompts_per_step=prompts_per_step, group_size=8, steps=steps,
-                       seed=seed, progress=False, **kw)
+                       seed=seed, progress=False, eval_every=EVAL_EVERY, eval_episodes=EVAL_EPISODES, **kw)
 
 
-def tree_arms(steps: int = 30, eta: float = 0.3) -> dict:
+def tree_arms(steps: int = STEPS, eta: float = 0.3) -> dict:
     """Independent GRPO, Tree-GRPO, ARPO and PATR (GRPO on tree leaves), and T2PO resampling (eta)."""
     return {
         "independent (GRPO)": grid_config(steps=steps),
@@ -113,7 +137,7 @@ def tree_layout(edges: list, depth: dict) -> dict:
 
 
 def sample_tree(rollout: str = "tree", *, seed: int = 0, task: int = 0):
-    """One batch of ``rollout`` on GridWorld 4x4 with an untrained policy; returns (node, turn_mask, R, stats)
+    """One batch of ``rollout`` on random 4x4 lakes with an untrained policy; returns (node, turn_mask, R, stats)
     of the rows of task ``task`` (clamped to the tasks present)."""
     tr = Trainer(grid_config(rollout, seed=seed, prompts_per_step=2, steps=0))
     ro = tr.sample()
@@ -173,17 +197,121 @@ def tree_panel(strategy: str = "tree", seed: int = 0, task: int = 0):
     return ax.figure
 
 
+# ---- the learning curves: training rows vs fresh episodes --------------------------------------------
+def evaluated_steps(rows) -> np.ndarray:
+    """Steps (column indices of an (S, N) sweep column) where at least one seed logged a finite value: every
+    step for a per-step key, the evaluation steps for an ``eval_*`` key (NaN elsewhere: ``compare`` turns a
+    missing key into NaN). Example: [[nan, .5, nan, 1.], [nan, .25, nan, .5]] -> [1, 3]."""
+    return np.flatnonzero(np.isfinite(np.asarray(rows, dtype=float)).any(0))
+
+
+def last_evaluated(rows, last: int = 2) -> np.ndarray:
+    """Each seed's mean over its last ``last`` finite values (S,): the final value of a key logged at some steps
+    only (the ledger's ``final_eval_success``: the last 2 evaluations); NaN for a seed with none.
+    Example: [[nan, .5, nan, 1.], [nan, .25, nan, .5]], last=2 -> [.75, .375]."""
+    x = np.asarray(rows, dtype=float)                                             # (S, N)
+    return np.array([r[np.isfinite(r)][-last:].mean() if np.isfinite(r).any() else np.nan for r in x])   # (S,)
+
+
+def final_evaluated(rows, last: int = 2) -> tuple[float, float]:
+    """Mean over seeds of ``last_evaluated`` and its seed std.
+
+    Example: [[nan, .5, nan, 1.], [nan, .25, nan, .5]], last=1 -> per seed [1., .5] -> (0.75, 0.25);
+    last=2 -> per seed [.75, .375] -> (0.5625, 0.1875).
+    """
+    per_seed = last_evaluated(rows, last)
+    return float(np.mean(per_seed)), float(np.std(per_seed))
+
+
+def success_gap(cols: dict, train_key: str = "success_rate", fresh_key: str = EVAL_KEY) -> np.ndarray:
+    """Per seed (S,): training-row success minus fresh-episode success, averaged over the evaluated steps of
+    ``fresh_key`` (the same steps for both, so early low-success steps weigh on neither side alone).
+
+        gap_s = 1/|E| sum_{t in E} (train_{s,t} - fresh_{s,t}),   E = evaluated_steps(fresh)
+
+    Example: train [[.5, .5, .5, 1.]], fresh [[nan, .25, nan, .5]] -> E [1, 3] -> [(.25 + .5) / 2] = [.375].
+    """
+    fresh = np.asarray(cols[fresh_key], dtype=float)                              # (S, N)
+    idx = evaluated_steps(fresh)
+    return np.nanmean(np.asarray(cols[train_key], dtype=float)[:, idx] - fresh[:, idx], 1)   # (S,)
+
+
+def key_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "step") -> dict:
+    """``arm_curves`` of ``key``, smoothed over ``smooth_w`` steps when the key is logged at every step; at its
+    ``evaluated_steps`` only and unsmoothed when it is logged at some steps (a moving average over the gaps
+    would smear one evaluation over ``smooth_w`` steps). Example: {"a": {"e": [[nan, .5, nan, 1.]]}}, "e" ->
+    {"a": {"x": [1, 3], "mean": [.5, 1.], ...}}."""
+    out = {}
+    for name in arms or sweep:
+        if key not in sweep[name]:
+            continue
+        rows = np.asarray(sweep[name][key], dtype=float)                          # (S, N)
+        idx = evaluated_steps(rows)
+        if len(idx) == rows.shape[1]:
+            out[name] = arm_curves(sweep, key, [name], smooth_w, x)[name]
+            continue
+        m, se = curve_stats(rows[:, idx])                                         # (n_eval,) each
+        xs = idx if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))[idx]
+        out[name] = {"x": xs, "mean": m, "se": se, "n": rows.shape[0]}
+    return out
+
+
+def final_table(sweep: dict, baseline: str = "independent (GRPO)", *, last_steps: int = 10,
+                last_evals: int = 2) -> dict:
+    """Per arm: tokens per step over the whole run against ``baseline``'s, rows per batch, the final success
+    on the training rows (mean of the last ``last_steps`` steps, ``final_mean``) and on fresh episodes (mean of
+    the last ``last_evals`` evaluations, ``final_evaluated``), and the ``success_gap`` over the whole run, each
+    of the last three as (mean, seed std).
+
+    Returns {arm: {"tokens_ratio", "rows", "train": (m, s), "fresh": (m, s), "gap": (m, s)}}.
+    Example: baseline tokens [[10, 10]], arm tokens [[12, 12]] -> the arm's "tokens_ratio" 1.2.
+    """
+    tok0 = np.nanmean(sweep[baseline]["tokens_generated"])
+    out = {}
+    for a, cols in sweep.items():
+        gap = success_gap(cols)
+        out[a] = {"tokens_ratio": float(np.nanmean(cols["tokens_generated"]) / tok0),
+                  "rows": float(np.nanmean(cols["batch_size"])), "train": final_mean(cols["success_rate"], last_steps),
+                  "fresh": final_evaluated(cols[EVAL_KEY], last_evals),
+                  "gap": (float(np.mean(gap)), float(np.std(gap)))}
+    return out
+
+
 def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step"):
-    """The learning curves: ``arms_figure`` (x = "step" or "tokens", cumulative) titled with ``SETTING``."""
-    return arms_figure(sweep, key, arms, smooth_w, x, setting=SETTING)
+    """The learning curves, two panels side by side: left ``key`` on the training rows (tree leaves for a tree
+    arm; smoothed over ``smooth_w`` steps), right the success on fresh episodes at the evaluated steps (the
+    training-row success instead when ``key`` is ``EVAL_KEY``); mean +- s.e. over seeds (``draw_curves``),
+    x = "step" or "tokens" (cumulative), the suptitle naming ``SETTING``. Both success panels share one y range."""
+    import matplotlib.pyplot as plt
+    other = "success_rate" if key == EVAL_KEY else EVAL_KEY
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    xlabel = "RL step" if x == "step" else "tokens generated (cumulative)"
+    for ax, k in zip(axes, (key, other)):
+        fresh = k == EVAL_KEY
+        where = (f"fresh episodes ({EVAL_EPISODES} held-out tasks, every {EVAL_EVERY} steps)" if fresh
+                 else "training rows (a tree arm: its leaves)" + (f", {smooth_w}-step mean" if smooth_w > 1 else ""))
+        draw_curves(ax, key_curves(sweep, k, arms, smooth_w, x), f"{where}:\n{label(k)}", xlabel,
+                    "fresh-episode success rate" if fresh else label(k))
+        if fresh:
+            for ln in ax.get_lines():
+                ln.set_marker("o")
+                ln.set_markersize(3)
+    if {key, other} == {"success_rate", EVAL_KEY}:
+        lo = min(ax.get_ylim()[0] for ax in axes)
+        hi = max(ax.get_ylim()[1] for ax in axes)
+        for ax in axes:
+            ax.set_ylim(lo, hi)
+    fig.suptitle(f"{SETTING}: training-row vs fresh-episode success", fontsize=11)
+    return fig
 
 
 def tree_curve_panel(sweep: dict, metric: str = "success_rate", x: str = "step", smooth: int = 5):
-    """Notebook 7's curve widget: every arm's ``metric`` per step or per cumulative generated token."""
+    """Notebook 7's curve widget: every arm's training-row ``metric`` per step or per cumulative generated
+    token, beside fresh-episode success (``plot_tree_panel``)."""
     return plot_tree_panel(sweep, metric, None, smooth, x)
 
 
-precompute = sweep_precompute("trees/curves.json", tree_arms, KEYS, 30, "toyrl.viz.trees")
+precompute = sweep_precompute("trees/curves.json", tree_arms, KEYS, STEPS, "toyrl.viz.trees")
 
 
 if __name__ == "__main__":
