@@ -10,7 +10,7 @@ import numpy as np
 
 from .spec import Claim, Test, about, auc, collapse_times, early, final, log10_grad, peak_drop, smooth, success_metrics
 
-__all__ = ["STABILITY_CLAIMS", "ECHO_BASE", "COLLAPSE_BASE", "FREE_BASE"]
+__all__ = ["STABILITY_CLAIMS", "ECHO_BASE", "COLLAPSE_BASE", "FREE_BASE", "FORMAT_KW"]
 
 # random deterministic 4x4 lakes (a new map per task), lr 1e-2, 2 PPO epochs, no gradient clip, 8 x 8:
 # the group std is no longer a function of one task's mean, so variance can vanish before the mean moves;
@@ -111,4 +111,17 @@ void_filter = Claim(
     metrics=_outcome_metrics, steps=60, quick_steps=25, curve=("grad_norm", "void_turn_rate"),
     curve_label="grad norm / void-turn rate")
 
-STABILITY_CLAIMS = [echo_trap, echo_collapse, starpo_s, critic_delay, env_mask, void_filter]
+# a shorter BC start (30 steps: between the ~80% void turns of 20 and the ~8% of 60), so the format is still
+# being learned when RL starts and a format penalty has malformed turns to act on
+FORMAT_KW = {"size": 4, "max_turns": 12, "void_penalty": 0.1}
+bc_format_kl = Claim(
+    name="bc_format_kl", **about("bc_format_kl"),
+    base=dict(FREE_BASE, bc_steps=30),
+    arms={"bc": {}, "bc_format": {"env_kwargs": FORMAT_KW},
+          "bc_format_kl": {"env_kwargs": FORMAT_KW, "kl": "k3", "kl_coef": 0.01}},
+    tests=[Test("BC + format penalty - BC, final success", "final_success", "bc_format", "bc"),
+           Test("BC + format + KL - BC + format, final success", "final_success", "bc_format_kl", "bc_format")],
+    metrics=_outcome_metrics, steps=60, quick_steps=25, curve=("success_rate", "void_turn_rate"),
+    curve_label="success / void-turn rate")
+
+STABILITY_CLAIMS = [echo_trap, echo_collapse, starpo_s, critic_delay, env_mask, void_filter, bc_format_kl]
