@@ -91,14 +91,15 @@ def _setting(claim: Claim, quick: bool) -> dict:
 
 def code_version() -> dict:
     """The code a record was computed with: the toyrl and torch versions (``runlog.header``) and, in a git
-    checkout, the commit (``+dirty`` when tracked files differ from it); ``git`` is None outside one."""
+    checkout, the commit (``+dirty`` when a tracked file of the package, ``toyrl/``, differs from it; the
+    ledger's own outputs in ``data/`` and the README it rewrites do not count); ``git`` is None outside one."""
     import subprocess
     from ..runlog import header
     meta = header({})
     try:
         git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
                                         timeout=10, check=True).stdout.strip()
-        commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "-uno") else "")
+        commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "-uno", "--", "toyrl") else "")
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"toyrl": meta["toyrl"], "torch": meta["torch"], "git": commit}

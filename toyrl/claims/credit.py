@@ -43,14 +43,14 @@ gigpo = Claim(
     probe="recurrence",
     tests=[Test("GiGPO - GRPO, final success", "final_success", "gigpo", "grpo"),
            Test("share of recurring anchor states (GiGPO arm) > 0.65", "recur_states", "gigpo", threshold=0.65)],
-    metrics=_gigpo_metrics, steps=60, quick_steps=25)
+    metrics=_gigpo_metrics, steps=60, quick_steps=15)
 
 rwnorm = Claim(
     name="rwnorm", **about("rwnorm"),
     base=dict(**RANDOM_LAKES),
     arms={"mean_only": {"estimator": "dr_grpo"}, "std_norm": {"estimator": "grpo"}},
     tests=[Test("mean-only - std-normalized, final success", "final_success", "mean_only", "std_norm")],
-    metrics=_outcome, steps=60, quick_steps=25)
+    metrics=_outcome, steps=60, quick_steps=15)
 
 is_granularity = Claim(
     name="is_granularity", **about("is_granularity"),
@@ -58,7 +58,7 @@ is_granularity = Claim(
     arms={"token": {"ratio": "token"}, "turn": {"ratio": "turn"}, "trajectory": {"ratio": "trajectory"}},
     tests=[Test("token - turn, final success", "final_success", "token", "turn"),
            Test("turn - trajectory, final success", "final_success", "turn", "trajectory")],
-    metrics=_outcome, steps=60, quick_steps=25)
+    metrics=_outcome, steps=60, quick_steps=15)
 
 length_bias = Claim(
     name="length_bias", **about("length_bias"),
@@ -69,7 +69,7 @@ length_bias = Claim(
                 "chain_smtm", "chain_tm", sign=-1),
            Test("lakes (failures short): smtm - token-mean, tokens per episode", "final_tokens_per_episode",
                 "lake_smtm", "lake_tm")],
-    metrics=_outcome, curve="tokens_per_episode", curve_label="policy tokens per episode", steps=60, quick_steps=25)
+    metrics=_outcome, curve="tokens_per_episode", curve_label="policy tokens per episode", steps=60, quick_steps=15)
 
 bc_warmstart = Claim(
     name="bc_warmstart", **about("bc_warmstart"),
@@ -77,7 +77,7 @@ bc_warmstart = Claim(
     arms={"rl_only": {"bc_steps": 0}, "bc_then_rl": {"bc_steps": 20}},
     tests=[Test("BC + RL - RL, early success (first quarter)", "early_success", "bc_then_rl", "rl_only"),
            Test("BC + RL - RL, success AUC", "auc_success", "bc_then_rl", "rl_only")],
-    metrics=_outcome, steps=60, quick_steps=25)
+    metrics=_outcome, steps=60, quick_steps=15)
 
 tree_rollout = Claim(
     name="tree_rollout", **about("tree_rollout"),
@@ -86,7 +86,7 @@ tree_rollout = Claim(
           "tree": {"rollout": "tree", "estimator": "tree_grpo"}},
     tests=[Test("tree - independent, final fresh-episode success", "final_eval_success", "tree", "independent"),
            Test("tree - independent, fresh-episode success AUC", "auc_eval_success", "tree", "independent")],
-    metrics=_tree_metrics, steps=60, quick_steps=25, curve="eval_success_rate",
+    metrics=_tree_metrics, steps=60, quick_steps=15, curve="eval_success_rate",
     curve_label="fresh-episode success (eval)")
 
 # a 6-stage chain learned by heart: sparse success needs 6 right pulls in 12 turns
@@ -101,6 +101,6 @@ dense_reward = Claim(
           "dense_turn_naive": {"env_kwargs": {**CHAIN_KW, "dense": True}, "estimator_kwargs": {"gamma": 0.0, "lam": 0.0}}},
     tests=[Test("dense - sparse (trajectory PPO), success AUC", "auc_success", "dense_traj", "sparse_traj"),
            Test("trajectory - naive per-turn (dense), success AUC", "auc_success", "dense_traj", "dense_turn_naive")],
-    metrics=_outcome, steps=60, quick_steps=25)
+    metrics=_outcome, steps=60, quick_steps=15)
 
 CREDIT_CLAIMS = [gigpo, rwnorm, is_granularity, length_bias, bc_warmstart, tree_rollout, dense_reward]

@@ -31,7 +31,7 @@ clip_tolerance = Claim(
            Test("CISPO - GSPO, peak-to-final drop", "peak_drop", "cispo", "gspo"),
            Test("SAPO - GSPO, peak-to-final drop", "peak_drop", "sapo", "gspo")],
     metrics=lambda s: {**_outcome_metrics(s), "early_success": early(s["success_rate"], 0.33)},
-    steps=60, quick_steps=25, curve=("success_rate", "clip_frac"), curve_label="success / clip fraction")
+    steps=60, quick_steps=15, curve=("success_rate", "clip_frac"), curve_label="success / clip fraction")
 
 context_mismatch = Claim(
     name="context_mismatch", **about("context_mismatch"),

@@ -49,7 +49,7 @@ def _echo_metrics(s: dict) -> dict:
 
 echo_trap = Claim(
     name="echo_trap", **about("echo_trap"),
-    base=ECHO_BASE, arms={"grpo": {}}, steps=80, quick_steps=35,
+    base=ECHO_BASE, arms={"grpo": {}}, steps=80, quick_steps=25,
     tests=[Test("template MI falls (last - first)", "template_mi_change", "grpo", sign=-1),
            Test("precursor before any collapse (share of learning seeds)", "precursor", "grpo"),
            Test("the mean then collapses (share of seeds)", "collapsed", "grpo")],
@@ -57,7 +57,7 @@ echo_trap = Claim(
 
 echo_collapse = Claim(
     name="echo_collapse", **about("echo_collapse"),
-    base=COLLAPSE_BASE, arms={"grpo": {}}, steps=100, quick_steps=50,
+    base=COLLAPSE_BASE, arms={"grpo": {}}, steps=100, quick_steps=30,
     tests=[Test("the mean collapses (share of seeds)", "collapsed", "grpo"),
            Test("std drops before the mean (share of collapsed seeds > 0.5)", "std_first", "grpo", threshold=0.5),
            Test("template MI falls (last - first)", "template_mi_change", "grpo", sign=-1)],
@@ -67,14 +67,14 @@ starpo_s = Claim(
     name="starpo_s", **about("starpo_s"),
     base=COLLAPSE_BASE,
     arms={"grpo": {}, "starpo_s": {"filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}}},
-    steps=100, quick_steps=50,
+    steps=100, quick_steps=30,
     tests=[Test("StarPO-S - GRPO, final success", "final_success", "starpo_s", "grpo"),
            Test("StarPO-S - GRPO, peak-to-final drop", "peak_drop", "starpo_s", "grpo", sign=-1)],
     metrics=_echo_metrics, curve=("success_rate", "zero_var_frac"), curve_label="success / zero-variance share")
 
 critic_delay = Claim(
     name="critic_delay", **about("critic_delay"),
-    base=COLLAPSE_BASE, arms={"grpo": {}, "critic": {"estimator": "gae"}}, steps=100, quick_steps=50,
+    base=COLLAPSE_BASE, arms={"grpo": {}, "critic": {"estimator": "gae"}}, steps=100, quick_steps=30,
     tests=[Test("critic - GRPO, peak-to-final drop (delays)", "peak_drop", "critic", "grpo", sign=-1),
            Test("critic arm still collapses (share of seeds)", "collapsed", "critic")],
     metrics=_echo_metrics, curve=("reward_mean", "reward_std"), curve_label="reward mean / within-group std")
@@ -99,7 +99,7 @@ env_mask = Claim(
     arms={"masked": {"mask_env_tokens": True}, "unmasked": {"mask_env_tokens": False}},
     tests=[Test("masked - unmasked, final success", "final_success", "masked", "unmasked"),
            Test("unmasked - masked, observation tokens written by the policy", "obs_token_rate", "unmasked", "masked")],
-    metrics=_outcome_metrics, steps=60, quick_steps=25, curve=("success_rate", "obs_token_rate"))
+    metrics=_outcome_metrics, steps=60, quick_steps=15, curve=("success_rate", "obs_token_rate"))
 
 void_filter = Claim(
     name="void_filter", **about("void_filter"),
@@ -108,7 +108,7 @@ void_filter = Claim(
     tests=[Test("void filter - none, log10 largest gradient norm", "log10_max_grad", "void_filter", "no_filter",
                 sign=-1),
            Test("void filter - none, final void-turn rate", "void_turn_rate", "void_filter", "no_filter", sign=-1)],
-    metrics=_outcome_metrics, steps=60, quick_steps=25, curve=("grad_norm", "void_turn_rate"),
+    metrics=_outcome_metrics, steps=60, quick_steps=15, curve=("grad_norm", "void_turn_rate"),
     curve_label="grad norm / void-turn rate")
 
 # a shorter BC start (30 steps: between the ~80% void turns of 20 and the ~8% of 60), so the format is still
@@ -121,7 +121,7 @@ bc_format_kl = Claim(
           "bc_format_kl": {"env_kwargs": FORMAT_KW, "kl": "k3", "kl_coef": 0.01}},
     tests=[Test("BC + format penalty - BC, final success", "final_success", "bc_format", "bc"),
            Test("BC + format + KL - BC + format, final success", "final_success", "bc_format_kl", "bc_format")],
-    metrics=_outcome_metrics, steps=60, quick_steps=25, curve=("success_rate", "void_turn_rate"),
+    metrics=_outcome_metrics, steps=60, quick_steps=15, curve=("success_rate", "void_turn_rate"),
     curve_label="success / void-turn rate")
 
 STABILITY_CLAIMS = [echo_trap, echo_collapse, starpo_s, critic_delay, env_mask, void_filter, bc_format_kl]
