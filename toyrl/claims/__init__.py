@@ -99,7 +99,8 @@ def code_version() -> dict:
     try:
         git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
                                         timeout=10, check=True).stdout.strip()
-        commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "-uno", "--", "toyrl") else "")
+        dirty = git("status", "--porcelain", "-uno", "--", "toyrl")
+        commit = git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"toyrl": meta["toyrl"], "torch": meta["torch"], "git": commit}

@@ -54,7 +54,8 @@ rwnorm = Claim(
 
 is_granularity = Claim(
     name="is_granularity", **about("is_granularity"),
-    base=dict(**RANDOM_LAKES, estimator="rloo", clip="loop", ppo_epochs=2, staleness=2, think_min=8, think_max=8),
+    base=dict(**RANDOM_LAKES, estimator="rloo", clip="loop", ppo_epochs=2, staleness=2, think_min=8,
+              think_max=8),
     arms={"token": {"ratio": "token"}, "turn": {"ratio": "turn"}, "trajectory": {"ratio": "trajectory"}},
     tests=[Test("token - turn, final success", "final_success", "token", "turn"),
            Test("turn - trajectory, final success", "final_success", "turn", "trajectory")],

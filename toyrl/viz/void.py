@@ -29,8 +29,8 @@ from ..train import TrainConfig, Trainer
 from .plots import label, legend
 from .prototype import arm_curves, draw_curves, sweep_precompute
 
-__all__ = ["SETTING", "setting_name", "base_config", "void_arms", "void_gradients", "void_rate_by_turn", "plot_void_gradients",
-           "plot_void_panel", "toggled_arms", "void_panel", "precompute", "KEYS"]
+__all__ = ["SETTING", "setting_name", "base_config", "void_arms", "void_gradients", "void_rate_by_turn",
+           "plot_void_gradients", "plot_void_panel", "toggled_arms", "void_panel", "precompute", "KEYS"]
 
 KEYS = ("reward_mean", "success_rate", "void_turn_rate", "void_traj_rate", "grad_norm", "kept_frac")
 SETTING = "MockSearch 1-hop, 4 turns, free sampling, P=4 x G=8, 60 BC steps"
