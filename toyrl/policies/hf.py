@@ -94,7 +94,10 @@ class HFPolicy(torch.nn.Module):
                         dtype: Optional[torch.dtype] = None, lora: Optional[dict] = None) -> "HFPolicy":
         """Load a local model directory (config, weights, tokenizer). ``lora``: LoraConfig fields
         (``r``, ``alpha``, ``dropout``, ``target_modules``), needs ``peft``."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError:
+            raise ImportError("an hf: policy needs transformers: pip install 'toyrl[hf]'") from None
         path = Path(path).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"no local model directory at {path} (HFPolicy never downloads)")
@@ -104,8 +107,8 @@ class HFPolicy(torch.nn.Module):
         if lora is not None:
             try:
                 from peft import LoraConfig, get_peft_model
-            except ImportError as e:
-                raise ImportError("lora=... needs the optional package peft (pip install peft)") from e
+            except ImportError:
+                raise ImportError("lora=... needs peft: pip install 'toyrl[lora]'") from None
             cfg = LoraConfig(r=lora.get("r", 8), lora_alpha=lora.get("alpha", 16),
                              lora_dropout=lora.get("dropout", 0.0),
                              target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
