@@ -18,3 +18,11 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     assert "bash setup.sh test" in readme and "bash setup.sh demo" in readme
     assert ci[-1] == "bash setup.sh test"
+
+
+def test_ci_builds_a_fresh_venv_outside_the_checkout():
+    """CI must not see packages installed by hand: a new venv each run, no system site packages, not in the repo."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 -m venv" in ci and "--system-site-packages" not in ci
+    assert 'mktemp -d "${TMPDIR:-/tmp}/' in ci and "source \"$VENV_ROOT/venv/bin/activate\"" in ci
+    assert "pip install" not in ci.split("bash setup.sh test")[0].replace("apt-get install", "")
