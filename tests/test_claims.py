@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from toyrl.claims import CLAIMS, REPO, Claim, evaluate, redraw, run_claims
+from toyrl.claims import CLAIMS, REPO, SHIPPED_DIR, Claim, evaluate, redraw, run_claims
 from toyrl.claims import Test as ClaimTest
 from toyrl.claims.report import END, START, claims_table, load_series, update_readme
 from toyrl.claims.spec import collapse_times, smooth, train_seed
@@ -115,10 +115,10 @@ def test_registry_is_consistent():
 
 
 def test_unknown_claim_exits_2(capsys):
-    assert run_claims(["no_such_claim"], update_readme=False) == 2
+    assert run_claims(["no_such_claim"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no_such_claim" in err[0] and "echo_trap" in err[0]
-    assert run_claims(["echo_trap"], seeds=0, update_readme=False) == 2
+    assert run_claims(["echo_trap"], seeds=0) == 2
     assert "--seeds" in capsys.readouterr().err
 
 
@@ -196,3 +196,93 @@ def test_registered_before_run(tmp_path):
     assert rec["code"]["toyrl"] == toyrl.__version__ and rec["code"]["torch"] == torch.__version__
     if (REPO / ".git").exists():
         assert rec["code"]["git"] and len(rec["code"]["git"].split("+")[0]) >= 7
+
+
+# ---- toyrl reproduce leaves the shipped ledger alone unless told --------------------------------------------------
+def replay(name, stop_after=None):
+    """An instant ``_execute`` for claim ``name``: job (arm, seed) returns the shipped record's metrics and series
+    of that seed, so everything after the runs (verdict, files) is the real code; ``stop_after`` jobs: Ctrl-C."""
+    rec = json.loads((SHIPPED_DIR / f"{name}.json").read_text())
+    series = load_series(SHIPPED_DIR / f"{name}.series.json.gz")
+    done = []
+
+    def execute(job):
+        if len(done) == stop_after:
+            raise KeyboardInterrupt
+        done.append(job)
+        _, arm, seed, _ = job
+        i = rec["seeds"].index(seed)
+        metrics = {k: float("nan") if v["per_seed"][i] is None else v["per_seed"][i]
+                   for k, v in rec["result"]["arms"][arm].items()}
+        return job, {"metrics": metrics, "series": series[arm][seed]}
+    return execute, done
+
+
+def shipped_bytes() -> dict:
+    """Every file of the shipped ledger and the README, as bytes."""
+    files = [p for p in sorted(SHIPPED_DIR.rglob("*")) if p.is_file()] + [REPO / "README.md"]
+    return {p: p.read_bytes() for p in files}
+
+
+def test_reproduce_writes_under_the_cwd_or_out_dir_never_the_shipped_ledger(tmp_path, monkeypatch, capsys):
+    """The issue's command, ``toyrl reproduce env_mask --seeds 3``, as a student runs it: results in
+    ./toyrl-results/claims/, data/claims/ and README.md byte-identical; --out-dir names another folder."""
+    import toyrl.claims as ledger
+    from toyrl.cli import main
+    before = shipped_bytes()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ledger, "_execute", replay("env_mask")[0])
+    argv = ["reproduce", "env_mask", "--seeds", "3", "--workers", "1", "--no-progress"]
+    assert main(argv) == 0
+    out = tmp_path / "toyrl-results" / "claims"
+    rec = json.loads((out / "env_mask.json").read_text())
+    assert rec["seeds"] == [0, 1, 2] and rec["verdict"] in VERDICTS and "result" in rec
+    assert (out / "env_mask.png").stat().st_size > 1000 and load_series(out / "env_mask.series.json.gz")
+    assert sorted(p.name for p in out.iterdir()) == ["env_mask.json", "env_mask.png", "env_mask.series.json.gz"]
+    assert main([*argv, "--out-dir", "mine"]) == 0
+    assert json.loads((tmp_path / "mine" / "env_mask.json").read_text())["result"] == rec["result"]
+    assert main(["reproduce", "env_mask", "--redraw", "--out", "figs"]) == 0      # from the shipped record
+    assert (tmp_path / "figs" / "env_mask.png").stat().st_size > 1000
+    assert shipped_bytes() == before
+    capsys.readouterr()
+    assert main([*argv, "--out-dir", str(SHIPPED_DIR / "heldout")]) == 2            # the shipped tree needs the flag
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "add --update-shipped" in err and shipped_bytes() == before
+
+
+def test_interrupted_reproduce_keeps_the_previous_record(tmp_path, monkeypatch):
+    """Ctrl-C after some of a claim's runs: its last record, figure and series stay byte for byte; only the
+    registration of the unfinished run is on disk (``<claim>.pending.json``)."""
+    import toyrl.claims as ledger
+    from toyrl.cli import main
+    out = tmp_path / "ledger"
+    argv = ["reproduce", "env_mask", "--seeds", "3", "--workers", "1", "--no-progress", "--out-dir", str(out)]
+    monkeypatch.setattr(ledger, "_execute", replay("env_mask")[0])
+    assert main(argv) == 0
+    previous = {p.name: p.read_bytes() for p in out.iterdir()}
+    execute, done = replay("env_mask", stop_after=5)
+    monkeypatch.setattr(ledger, "_execute", execute)
+    assert main([*argv[:3], "5", *argv[4:]]) == 130 and len(done) == 5            # 5 of 2 arms x 5 seeds ran
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "env_mask.pending.json"} == previous
+    pending = json.loads((out / "env_mask.pending.json").read_text())
+    assert pending["verdict"] == "pending" and pending["seeds"] == [0, 1, 2, 3, 4] and "result" not in pending
+    monkeypatch.setattr(ledger, "_execute", replay("env_mask")[0])
+    assert main([*argv[:3], "5", *argv[4:]]) == 0                                  # a finished run replaces it all
+    assert json.loads((out / "env_mask.json").read_text())["seeds"] == [0, 1, 2, 3, 4]
+    assert sorted(p.name for p in out.iterdir()) == sorted(previous)
+
+
+def test_update_shipped_targets_the_ledger_and_its_readme_table(tmp_path, monkeypatch):
+    """--update-shipped: data/claims/ (or a folder inside it) and then the README table; without it neither."""
+    import toyrl.claims as ledger
+    from toyrl.cli import main
+    calls = []
+    monkeypatch.setattr(ledger, "run_claims", lambda names, **kw: calls.append(("run", kw["out_dir"])) or 0)
+    monkeypatch.setattr(ledger, "write_readme", lambda *a: calls.append(("readme", a)))
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "env_mask", "--update-shipped"]) == 0
+    assert main(["reproduce", "env_mask", "--update-shipped", "--out-dir", str(SHIPPED_DIR / "heldout"),
+                 "--no-readme"]) == 0
+    assert main(["reproduce", "env_mask"]) == 0
+    assert calls == [("run", SHIPPED_DIR), ("readme", ()), ("run", SHIPPED_DIR / "heldout"),
+                     ("run", tmp_path / "toyrl-results" / "claims")]

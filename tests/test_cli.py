@@ -4,6 +4,7 @@ train and sweep runs, listing, benchmarks in quick mode."""
 import argparse
 import dataclasses
 import json
+import pathlib
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -205,6 +206,37 @@ def test_unknown_name_one_line_from_a_shell():
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
     assert "--estimator: unknown estimator 'nope'" in res.stderr and res.stdout == ""
+
+
+# ---- a quick parser: torch only for the command that needs it ------------------------------------------------
+NO_TORCH = """
+import contextlib, io, json, sys
+from toyrl.cli import build_parser, main
+def quiet(argv):                                   # --help exits 0, a usage error exits 2 (argparse)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return main(argv)
+        except SystemExit as e:
+            return e.code
+build_parser()
+built = "torch" in sys.modules
+codes = [quiet(a) for a in (["--help"], ["nope"], ["reproduce", "--help"], ["scorecard", "--help"],
+                            ["precompute", "--help"], ["plot", "--help"], ["compare", "--help"], ["bench", "--help"],
+                            ["reproduce", "--seeds", "0"], ["reproduce", "--out-dir", "data/claims"])]
+helped = "torch" in sys.modules
+build_parser().parse_args(["train", "--steps", "1"])  # choosing train builds its flags: TrainConfig, torch
+print(json.dumps({"built": built, "helped": helped, "codes": codes, "train": "torch" in sys.modules}))
+"""
+
+
+def test_help_and_usage_errors_do_not_import_torch():
+    """``toyrl --help``, a subcommand's help (but train's and sweep's) and a usage error import no torch: the
+    train / sweep flags are built only when that subcommand is chosen."""
+    res = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, timeout=300,
+                         cwd=pathlib.Path(__file__).parents[1])
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {"built": False, "helped": False, "codes": [0, 2, 0, 0, 0, 0, 0, 0, 2, 2],
+                                      "train": True}
 
 
 # ---- train and sweep runs ---------------------------------------------------------------------------------------

@@ -271,3 +271,11 @@ def test_core_validates_inputs():
         core.step(np.array([0, 7]))
     with pytest.raises(ValueError, match="unknown env"):
         make_core("nope", 1)
+
+
+def test_goal_distance_and_neighbours_by_hand():
+    from toyrl.envs.gridworld import goal_distance, map_to_array, neighbours
+    assert neighbours(2).tolist() == [[0, 0, 2, 2], [2, 3, 2, 3], [1, 1, 3, 3], [0, 1, 0, 1], [0, 1, 2, 3]]
+    assert goal_distance(map_to_array(["SF", "HG"]), 2).tolist() == [2, 1, 1000000, 0]
+    with pytest.raises(ValueError, match="tiles must have shape"):
+        goal_distance(map_to_array(["SF", "HG"]), 3)

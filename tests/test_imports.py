@@ -26,7 +26,8 @@ def test_the_walk_finds_the_package():
 
 @pytest.mark.parametrize("name", MODULES)
 def test_module_imports(name):
-    importlib.import_module(name)
+    module = importlib.import_module(name)
+    assert module.__name__ == name and sys.modules[name] is module
 
 
 def _declared() -> set[str]:

@@ -131,6 +131,20 @@ def test_cli_plot_and_compare(runs, tmp_path, capsys):
     assert lines[3].split()[:5] == ["estimator=gigpo", "1", "1.000", "0.750", "1.000"]
 
 
+def test_cli_plot_and_compare_warn_of_a_torn_log(runs, tmp_path, capsys):
+    """A run cut off while writing its last row: that line is skipped, and each command says so in one line."""
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(runs[0].read_text() + '{"step": 4, "reward_me')               # no newline: the run died here
+    assert main(["compare", str(torn), str(runs[1])]) == 0
+    out, err = capsys.readouterr()
+    assert err == f'toyrl: warning: {torn}:6: skipped a torn final line (the run was cut off): \'{{"step": 4, "reward_me\'\n'
+    assert out.splitlines()[2].split()[:3] == ["grpo", "2", "0.400"]             # the 4 whole rows of each run
+    assert main(["plot", str(torn), "--out", str(tmp_path / "t.png")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("toyrl: warning: ") and "torn final line" in err
+    assert main(["compare", *map(str, runs)]) == 0 and capsys.readouterr().err == ""   # whole logs: no warning
+
+
 @pytest.mark.parametrize("argv,message", [
     (["plot", "missing.jsonl"], "missing.jsonl: no such run log"),
     (["compare", "RUN", "--metrics", "reward_mena"], "no metric 'reward_mena'"),

@@ -213,15 +213,21 @@ def test_notebook_11_exercises():
     assert check("11.regime", "template collapse") and not check("11.regime", "diverse")
 
 
-def test_cli_scorecard_writes_the_card(tmp_path, capsys):
+def test_cli_scorecard_writes_the_card(tmp_path, capsys, monkeypatch):
+    """Under ./toyrl-results/scorecard/ by default: the shipped card is replaced only with --update-shipped."""
     from toyrl.cli import main
-    assert main(["scorecard", "--cells", "1", "--seeds", "1", "--steps", "2", "--workers", "1", "--out-dir",
-                 str(tmp_path)]) == 0
+    from toyrl.scorecard import REPO
+    shipped = {p: p.read_bytes() for p in (REPO / "data" / "scorecard").iterdir()}
+    monkeypatch.chdir(tmp_path)
+    assert main(["scorecard", "--cells", "1", "--seeds", "1", "--steps", "2", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "grpo/ppo/token-mean/none" in out and "backend process" in out
-    card = json.loads((tmp_path / "scorecard.json").read_text())
+    card_dir = tmp_path / "toyrl-results" / "scorecard"
+    card = json.loads((card_dir / "scorecard.json").read_text())
     assert card["command"] == "toyrl scorecard --seeds 1 --env gridworld --cells 1 --steps 2 --workers 1"
-    assert card["seeds"] == [0] and (tmp_path / "scorecard.png").exists()
+    assert card["seeds"] == [0] and (card_dir / "scorecard.png").stat().st_size > 1000
+    assert sorted(p.name for p in card_dir.iterdir()) == ["runs.json", "scorecard.json", "scorecard.png"]
+    assert {p: p.read_bytes() for p in (REPO / "data" / "scorecard").iterdir()} == shipped
 
 
 def test_shipped_scorecard_is_the_default_and_follows_from_its_runs():

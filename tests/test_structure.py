@@ -2,7 +2,8 @@
 
 - no module in toyrl/ over 350 lines;
 - no function or method in toyrl/ over 60 lines, its docstring excluded;
-- no import cycle among toyrl modules;
+- no import cycle among toyrl modules, imports inside functions included (the failure shows the cycle's path);
+- ``import toyrl`` pulls in no lab or front-end module (trainer, CLI, ledger, viz);
 - every test function in tests/ checks a value: an ``assert``, ``pytest.raises`` / ``pytest.warns``,
   or a call to a helper named ``assert_*`` / ``check_*`` (``np.testing.assert_allclose`` counts).
 
@@ -92,23 +93,31 @@ def test_no_function_over_60_lines():
 
 
 # ---- (c) import cycles ------------------------------------------------------------------------------
-def module_level_imports(tree: ast.Module, name: str, is_package: bool, known: set) -> set:
-    """toyrl modules that ``name`` imports when it is imported: import statements outside any function
-    body (those at module level, inside module-level ``if`` / ``try`` blocks and class bodies).
+def imported_modules(tree: ast.Module, name: str, is_package: bool, known: set) -> dict:
+    """{toyrl module: (line, inside_function)} of every import in ``name``'s source, wherever it stands:
+    at module level, in an ``if`` / ``try`` block, a class body, or a function or lambda body.
+
+    An import inside a function runs later than the module's own, so it does not fail at import time,
+    but it is still an arrow from ``name`` to that module, and DESIGN.md's arrows point one way; a cycle
+    that only closes inside a function is a cycle of the design all the same. Where a module is imported
+    more than once, the entry kept is the first module-level import, else the first import in a function.
 
     ``from x import y`` is an edge to ``x.y`` where that is a module, else to ``x`` (it reads the name ``y``
-    from ``x``); an import of ``a.b`` is an edge to ``a.b`` only (the parent package is already being
-    imported, or importing it first never re-enters the importer).
+    from ``x``); an import of ``a.b`` is an edge to ``a.b`` only (a package that imports its own modules
+    is not a cycle).
     """
     base = name.split(".") if is_package else name.split(".")[:-1]
-    found = set()
+    found: dict = {}
 
-    def visit(node):
+    def add(mod, line, inside):
+        if mod in known and mod != name:
+            found[mod] = min(found.get(mod, (inside, line)), (inside, line))
+
+    def visit(node, inside):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
             if isinstance(child, ast.Import):
-                found.update(a.name for a in child.names)
+                for a in child.names:
+                    add(a.name, child.lineno, inside)
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
                     pkg = base[:len(base) - child.level + 1]
@@ -116,20 +125,21 @@ def module_level_imports(tree: ast.Module, name: str, is_package: bool, known: s
                 else:
                     mod = child.module or ""
                 subs = {f"{mod}.{a.name}" for a in child.names} & known
-                found.update(subs)
+                for s in subs:
+                    add(s, child.lineno, inside)
                 if len(subs) < len(child.names):
-                    found.add(mod)
-            visit(child)
+                    add(mod, child.lineno, inside)
+            visit(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
-    visit(tree)
-    return {m for m in found if m in known and m != name}
+    visit(tree, False)
+    return {m: (line, inside) for m, (inside, line) in found.items()}
 
 
 def import_graph(files) -> dict:
-    """{module: set of toyrl modules it imports at import time} over ``files``."""
+    """{module: {imported toyrl module: (line, inside_function)}} over ``files``."""
     names = {module_name(p): p for p in files}
     known = set(names)
-    return {n: module_level_imports(parse(p), n, p.name == "__init__.py", known) for n, p in names.items()}
+    return {n: imported_modules(parse(p), n, p.name == "__init__.py", known) for n, p in names.items()}
 
 
 def find_cycles(graph: dict) -> list:
@@ -163,24 +173,100 @@ def find_cycles(graph: dict) -> list:
     return sorted(out)
 
 
+def cycle_path(graph: dict, component: list) -> list:
+    """A shortest closed path [m0, m1, ..., m0] through the first module of a strongly connected
+    ``component`` (breadth-first over the component's edges, neighbours in sorted order)."""
+    start, inside = component[0], set(component)
+    prev, frontier = {}, [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(set(graph.get(v, ())) & inside):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return path[::-1] + [start]
+                if w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise ValueError(f"component: {component} holds no cycle through {start!r}")
+
+
+def describe_cycle(graph: dict, path: list) -> str:
+    """One line per arrow of ``path``: where the import stands (line, and whether inside a function)."""
+    lines = [path[0]]
+    for a, b in zip(path, path[1:]):
+        line, inside = graph[a][b] if isinstance(graph[a], dict) else (None, False)
+        where = f"{a} line {line}" + (", inside a function" if inside else "") if line else a
+        lines.append(f"  -> {b}   ({where})")
+    return "\n".join(lines)
+
+
 def test_find_cycles_example():
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_module_level_imports_example():
-    src = "from . import b\nfrom ..pkg import c, name\nimport top.d\ndef f():\n    from . import e\n"
+def test_cycle_path_example():
+    graph = {"a": {"d", "b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"b"}}
+    (comp,) = find_cycles(graph)
+    assert comp == ["a", "b", "c", "d", "e"]
+    assert cycle_path(graph, comp) == ["a", "b", "c", "a"]
+    assert cycle_path({"x": {"x"}}, ["x"]) == ["x", "x"]
+    assert describe_cycle({"a": {"b": (3, True)}, "b": {"a": (7, False)}}, ["a", "b", "a"]) == \
+        "a\n  -> b   (a line 3, inside a function)\n  -> a   (b line 7)"
+
+
+def test_imported_modules_example():
+    src = ("from . import b\nfrom ..pkg import c, name\nimport top.d\ndef f():\n    from . import e\n"
+           "    import top.d\nclass K:\n    g = lambda: __import__('x')\n    from .b import name\n")
     known = {"top.sub", "top.sub.b", "top.pkg", "top.pkg.c", "top.d", "top.sub.e"}
-    assert module_level_imports(ast.parse(src), "top.sub.a", False, known) == {"top.sub.b", "top.pkg", "top.pkg.c",
-                                                                              "top.d"}
+    assert imported_modules(ast.parse(src), "top.sub.a", False, known) == {
+        "top.sub.b": (1, False), "top.pkg": (2, False), "top.pkg.c": (2, False), "top.d": (3, False),
+        "top.sub.e": (5, True)}
 
 
 def test_no_import_cycle():
-    """Only module-level imports count (those run when the module is imported); an import inside a
-    function body runs later and is the usual way to break a cycle, so it is not an edge here."""
-    cycles = find_cycles(import_graph(package_files()))
-    assert not cycles, "import cycles among toyrl modules (module-level imports):\n" + \
-        "\n".join(" <-> ".join(c) for c in cycles)
+    """Every import counts, those inside functions too: a function-level import defers a cycle to call
+    time but does not remove it, so the arrows of the layering (DESIGN.md) must point one way."""
+    graph = import_graph(package_files())
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles among toyrl modules (one closed path shown per cycle):\n" + "\n\n".join(
+        f"{len(c)} modules: {', '.join(c)}\n" + describe_cycle(graph, cycle_path(graph, c)) for c in cycles)
+
+
+# the lab and the front ends: what ``import toyrl`` must not pull in (it is the envs and the TurnBatch)
+LAB_MODULES = ("toyrl.cli", "toyrl.claims", "toyrl.scorecard", "toyrl.demo", "toyrl.parallel", "toyrl.runplot",
+               "toyrl.train", "toyrl.pretrain", "toyrl.viz", "toyrl.exercises", "toyrl.bench", "toyrl.port")
+
+
+def import_closure(graph: dict, root: str) -> set:
+    """The modules that importing ``root`` runs: its imports outside functions, theirs, and so on, with
+    the packages above each (importing ``a.b.c`` runs ``a`` and ``a.b`` first). Edges inside functions
+    are skipped: they run when the function is called."""
+    seen, todo = set(), [root]
+    while todo:
+        m = todo.pop()
+        if m in seen or m not in graph:
+            continue
+        seen.add(m)
+        todo += [".".join(m.split(".")[:k]) for k in range(1, m.count(".") + 1)]
+        todo += [w for w, (_, inside) in graph[m].items() if not inside]
+    return seen
+
+
+def test_import_closure_example():
+    graph = {"p": {"p.a": (1, False)}, "p.a": {"q.b": (2, False), "r": (3, True)}, "q": {}, "q.b": {}, "r": {}}
+    assert import_closure(graph, "p") == {"p", "p.a", "q", "q.b"}
+
+
+def test_import_toyrl_pulls_in_no_lab_module():
+    """``import toyrl`` stays light: no trainer, CLI, ledger, widgets or plots (those are imported by name)."""
+    pulled = import_closure(import_graph(package_files()), "toyrl")
+    lab = sorted(m for m in pulled if any(m == p or m.startswith(p + ".") for p in LAB_MODULES))
+    assert not lab, f"import toyrl pulls in {lab} (all it imports: {sorted(pulled)})"
 
 
 # ---- (d) every test function checks something ------------------------------------------------------

@@ -11,7 +11,8 @@ from toyrl.envs import make_core
 from toyrl.envs.core import VOID
 from toyrl.policies import TinyLM
 from toyrl.policies.factory import build_policy, check_policy_name, is_policy_name, policy_names
-from toyrl.policies.tinylm import DEFAULT_CHECKPOINT, bc_examples, build_tokenizer, greedy_success, pretrain
+from toyrl.policies.tinylm import DEFAULT_CHECKPOINT, build_tokenizer
+from toyrl.pretrain import bc_examples, greedy_success, pretrain
 from toyrl.rollout import recompute_logp, rollout
 from toyrl.textcodec import (TextCodec, WordTokenizer, compact_text, repetition_rate, text_template_stats)
 from toyrl.train import RunLog, TrainConfig, Trainer
@@ -123,10 +124,14 @@ def test_pretrain_lowers_the_loss_and_cli(tmp_path):
     losses = pretrain(model, steps=6, batch_size=8, envs={"gridworld": {"size": 4, "max_turns": 10}},
                       verbose=False)
     assert losses[-1] < losses[0]
-    from toyrl.policies.tinylm import main
+    from toyrl.pretrain import main
     assert main(["--steps", "2", "--batch-size", "4", "--no-eval", "--out", str(tmp_path / "c.pt")]) == 0
     assert is_policy_name(f"tinylm:{tmp_path / 'c.pt'}")
     assert TinyLM.load(tmp_path / "c.pt").trained_context == ("last_k", 1)          # what its BC data read
+    for i, sep in enumerate(([], ["--"])):         # `toyrl pretrain --steps 1 ...` as written, and the old `--` form
+        out = tmp_path / f"cli{i}.pt"
+        assert cli_main(["pretrain", *sep, "--steps", "1", "--batch-size", "2", "--no-eval", "--out", str(out)]) == 0
+        assert TinyLM.load(out).meta["command"] == f"toyrl pretrain --steps 1 --batch-size 2 --no-eval --out {out}"
 
 
 def test_shipped_checkpoint():
@@ -140,7 +145,7 @@ def test_shipped_checkpoint():
 
 @pytest.mark.parametrize("temperature", [0.0, 0.75, 1.5, 3.0])
 def test_reply_panel_over_the_slider(temperature):
-    from toyrl.policies.tinylm import reply_panel
+    from toyrl.viz.small_llm import reply_panel
     r = reply_panel(temperature, n=4)
     assert 0 <= r["void_rate"] <= 1 and 0 <= r["success"] <= 1 and all(isinstance(t, str) for t in r["replies"])
 

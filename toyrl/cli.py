@@ -8,6 +8,12 @@ their product. An unknown name prints one line naming the flag and the valid nam
 code 2 (no traceback) before any work starts. ``sweep`` and ``scorecard`` run their per-run jobs
 through ``toyrl.parallel.run_tasks``: ``--backend process`` (a spawn pool, the default) or
 ``--backend ray`` (``--ray-address`` joins an existing cluster; otherwise a local instance).
+``reproduce``, ``scorecard`` and ``precompute`` write under ``--out-dir`` or ``./toyrl-results/``, never into the
+shipped ``data/`` tree without ``--update-shipped`` (``toyrl.results``).
+
+The parser is quick to build: heavy modules (torch) are imported by the command that needs them, and the
+``train`` / ``sweep`` flags, which need ``TrainConfig`` and the registries, are added only when that subcommand
+is chosen (``LazyChoices``), so ``toyrl --help`` or a mistyped subcommand answers at once.
 """
 from __future__ import annotations
 
@@ -20,21 +26,22 @@ import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .cliargs import AtLeast, UsageError, values
+from .cliargs import AtLeast, UsageError, choose, values
+from .cliresults import add_backend_flags, add_precompute, add_reproduce, add_scorecard
 from .envs import ENVS
 from .runplot import add_run_commands
-from .train import TrainConfig
-from .trainflags import ALIASES, REGISTRIES, SWEEP_SYNTAX, TRAIN_SYNTAX, add_train_flags, checked_trainer, configs_from
 
 BENCHES = {"envs": "toyrl.bench.envs", "credit": "toyrl.bench.credit", "train": "toyrl.bench.train"}
+TRAINFLAGS = ("ALIASES", "REGISTRIES", "TRAIN_SYNTAX", "SWEEP_SYNTAX", "add_train_flags", "checked_trainer",
+              "configs_from")
+"""names of ``toyrl.trainflags`` (torch) this module also offers, imported on first use (PEP 562)"""
 
 
-def choose(kind: str, name: str, valid) -> str:
-    """Return ``name`` if it is one of ``valid``, else raise a one-line UsageError listing them."""
-    valid = list(valid)
-    if name not in valid:
-        raise UsageError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
-    return name
+def __getattr__(name):
+    if name in TRAINFLAGS:
+        from . import trainflags
+        return getattr(trainflags, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 SUMMARY_KEYS = ("reward_mean", "success_rate", "reward_std", "zero_var_frac", "grad_norm", "clip_frac",
@@ -58,6 +65,7 @@ def cmd_envs(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from .trainflags import checked_trainer, configs_from
     cfg, = configs_from(args)
     log = checked_trainer(cfg, args.out).run()
     s = summarize(log.rows)
@@ -86,6 +94,8 @@ def run_name(cfg, swept) -> str:
 
 
 def cmd_sweep(args) -> int:
+    from .train import TrainConfig
+    from .trainflags import checked_trainer, configs_from
     out_dir = Path(args.out_dir)
     swept = [name for name, alts in values(args, TrainConfig, multi=True).items() if len(alts) > 1]
     jobs, seen = [], {}
@@ -109,33 +119,6 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-def cmd_scorecard(args) -> int:
-    from .scorecard import SETTINGS, run_scorecard
-    choose("scorecard env", args.env, SETTINGS)
-    seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
-    out = args.out_dir or "data/scorecard"
-    print(f"scorecard: {args.env}, {seeds} seeds/cell, {'quick' if args.quick else 'full'}, {args.workers} "
-          f"worker(s), backend {args.backend} -> {out}/", flush=True)
-    rec = run_scorecard(seeds=seeds, quick=args.quick, env=args.env, out_dir=out, workers=args.workers,
-                        backend=args.backend, address=args.ray_address, cells=args.cells, steps=args.steps,
-                        progress=sys.stderr.isatty())
-    for c in rec["cells"]:
-        cr, fs = c["collapse_rate"], c["final_success"]
-        print(f"{c['name']:42s} collapse {cr['mean']:.2f} [{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]  final success "
-              f"{fs['mean']:.2f} [{fs['ci95'][0]:.2f}, {fs['ci95'][1]:.2f}]  {c['regime']}")
-    print(f"scorecard: done in {rec['run_time_s']:.0f} s -> {out}/scorecard.json, {out}/scorecard.png")
-    return 0
-
-
-def add_backend_flags(p: argparse.ArgumentParser) -> None:
-    """--backend and --ray-address (toyrl.parallel.run_tasks)."""
-    from .parallel import BACKENDS
-    p.add_argument("--backend", choices=BACKENDS, default="process",
-                   help="where the runs go: process (a local process pool, the default) or ray (Ray tasks)")
-    p.add_argument("--ray-address", default=None,
-                   help="address of an existing Ray cluster (e.g. auto, ray://host:10001); default: a local instance")
-
-
 def cmd_demo(args) -> int:
     import torch
     torch.set_num_threads(1)                     # the toy model is too small to gain from a second thread
@@ -154,35 +137,8 @@ def cmd_demos(args) -> int:
     return 0
 
 
-def cmd_reproduce(args) -> int:
-    from .claims import redraw, run_claims
-    if args.redraw:                                        # figures from the stored series, no runs
-        from .claims import CLAIMS
-        for name in args.claims or list(CLAIMS):
-            print(redraw(choose("claim", name, CLAIMS), args.out_dir))
-        return 0
-    return run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
-                      workers=args.workers, out_dir=args.out_dir, update_readme=not args.no_readme,
-                      progress=not args.no_progress, backend=args.backend, address=args.ray_address)
-
-
-# notebook data: NAME -> module whose precompute(out_dir=None) writes data/runs/NAME/
-PRECOMPUTE = {"echo_trap": "toyrl.viz.echo", "void": "toyrl.viz.void", "context": "toyrl.viz.context",
-              "critics": "toyrl.viz.critics", "trees": "toyrl.viz.trees", "aggregation": "toyrl.viz.aggregation",
-              "prototype": "toyrl.viz.prototype"}
-
-
-def cmd_precompute(args) -> int:
-    for name in args.names or list(PRECOMPUTE):
-        choose("precompute target", name, PRECOMPUTE)
-        module = importlib.import_module(PRECOMPUTE[name])
-        kw = {"out_dir": args.out_dir} if args.out_dir else {}
-        print(f"{name}: {module.precompute(**kw)}")
-    return 0
-
-
 def cmd_pretrain(args) -> int:
-    from .policies.tinylm import main as pretrain_main
+    from .pretrain import main as pretrain_main
     pretrain_main(args.rest)
     return 0
 
@@ -194,52 +150,59 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def add_reproduce(sub) -> None:
-    """The ``reproduce`` subcommand: ``toyrl reproduce CLAIM... --seeds N --first-seed S --out-dir D --workers W``."""
-    r = sub.add_parser("reproduce", help="the claims ledger: test the source article's claims at toy scale")
-    r.add_argument("claims", nargs="*", help="claim names (default: all)")
-    r.add_argument("--seeds", action=AtLeast, default=10, help="seeds per arm (N: seeds S..S+N-1)")
-    r.add_argument("--first-seed", action=AtLeast, minimum=0, default=0, help="first seed S of the block")
-    r.add_argument("--quick", action="store_true", help="shorter runs (the whole ledger in under 8 minutes)")
-    r.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)), help="worker processes")
-    r.add_argument("--out-dir", default=None, help="where the JSON, series and figures go (default data/claims)")
-    r.add_argument("--no-readme", action="store_true", help="do not regenerate the README claims table")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    r.add_argument("--redraw", action="store_true", help="redraw the figures from the stored series (no runs)")
-    add_backend_flags(r)
-    r.set_defaults(func=cmd_reproduce)
+class LazyChoices(dict):
+    """Subcommand name -> its parser, for argparse's subparsers action; ``builders[name]`` adds a parser's
+    arguments the first time argparse looks the name up (``parser = choices[name]``, when it is chosen), so
+    building the top-level parser and ``toyrl --help`` import nothing a subcommand's flags need."""
+
+    def __init__(self):
+        super().__init__()
+        self.builders = {}
+
+    def __getitem__(self, name):
+        parser = super().__getitem__(name)
+        build = self.builders.pop(name, None)
+        if build is not None:
+            build(parser)
+        return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="toyrl", description="Multi-turn agent RL, small enough to see.")
+def lazy_subparsers(p: argparse.ArgumentParser):
+    """``p.add_subparsers`` whose parsers may be completed on first use (``LazyChoices``)."""
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("envs", help="list the environments").set_defaults(func=cmd_envs)
-    t = sub.add_parser("train", help="train one configuration, write a JSON-lines run log", epilog=TRAIN_SYNTAX,
-                       description="One flag per TrainConfig field, by its own name.")
+    sub._name_parser_map = sub.choices = LazyChoices()     # where argparse looks a chosen subcommand up
+    return sub
+
+
+def build_train(t: argparse.ArgumentParser) -> None:
+    """``toyrl train``: one flag per TrainConfig field (imports toyrl.trainflags, and so torch)."""
+    from .trainflags import TRAIN_SYNTAX, add_train_flags
+    t.epilog = TRAIN_SYNTAX
     add_train_flags(t)
     t.add_argument("--out", default=None, help="run log path (JSON lines)")
-    t.set_defaults(func=cmd_train)
-    s = sub.add_parser("sweep", help="configurations x seeds in parallel processes, one log each",
-                       epilog=SWEEP_SYNTAX, description="Every TrainConfig field takes several values; the sweep "
-                       "runs their product (e.g. --estimator grpo gigpo --seed 0 1: four runs).")
+
+
+def build_sweep(s: argparse.ArgumentParser) -> None:
+    """``toyrl sweep``: every TrainConfig field takes several values."""
+    from .trainflags import SWEEP_SYNTAX, add_train_flags
+    s.epilog = SWEEP_SYNTAX
     add_train_flags(s, multi=True)
     s.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
     s.add_argument("--out-dir", default="runs")
     add_backend_flags(s)
-    s.set_defaults(func=cmd_sweep)
-    sc = sub.add_parser("scorecard", help="the stability scorecard: the four dials x seeds, collapse map and figure",
-                        description="Estimator, clip, aggregation and filter levels, one factor at a time around "
-                        "GRPO/PPO/token-mean/no filter, in the off-policy long-turn regime (toyrl.scorecard).")
-    sc.add_argument("--quick", action="store_true", help="fewer steps and 3 seeds per cell (minutes)")
-    sc.add_argument("--seeds", action=AtLeast, default=None, help="seeds per cell (default 10, 3 under --quick)")
-    sc.add_argument("--env", default="gridworld", help="gridworld (default) or bandit_chain")
-    sc.add_argument("--cells", action=AtLeast, default=None, help="only the first N cells of the design")
-    sc.add_argument("--steps", action=AtLeast, default=None, help="RL steps per run (default 50, 40 under --quick)")
-    sc.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
-    sc.add_argument("--out-dir", default=None, help="where scorecard.json / runs.json / scorecard.png go "
-                    "(default data/scorecard)")
-    add_backend_flags(sc)
-    sc.set_defaults(func=cmd_scorecard)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="toyrl", description="Multi-turn agent RL, small enough to see.")
+    sub = lazy_subparsers(p)
+    sub.add_parser("envs", help="list the environments").set_defaults(func=cmd_envs)
+    sub.add_parser("train", help="train one configuration, write a JSON-lines run log",
+                   description="One flag per TrainConfig field, by its own name.").set_defaults(func=cmd_train)
+    sub.add_parser("sweep", help="configurations x seeds in parallel processes, one log each",
+                   description="Every TrainConfig field takes several values; the sweep runs their product "
+                   "(e.g. --estimator grpo gigpo --seed 0 1: four runs).").set_defaults(func=cmd_sweep)
+    sub.choices.builders.update(train=build_train, sweep=build_sweep)
+    add_scorecard(sub)
     d = sub.add_parser("demo", help="training on env tokens collapses a free-sampling policy, masking them "
                                       "prevents it (3 seeds): summary table and a figure")
     d.add_argument("--steps", action=AtLeast, default=None, help="RL steps per run")
@@ -253,12 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(func=cmd_demos)
     add_reproduce(sub)
     add_run_commands(sub)                                  # plot, compare (toyrl.runplot)
-    pc = sub.add_parser("precompute", help="recompute the runs the notebooks load from data/runs/")
-    pc.add_argument("names", nargs="*", help=f"targets (default: all): {', '.join(PRECOMPUTE)}")
-    pc.add_argument("--out-dir", default=None)
-    pc.set_defaults(func=cmd_precompute)
+    add_precompute(sub)
     pt = sub.add_parser("pretrain", help="behaviour-clone TinyLM on data/demos/ -> data/checkpoints/tinylm.pt")
-    pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain -- --help)")
+    pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain --help)")
     pt.set_defaults(func=cmd_pretrain)
     b = sub.add_parser("bench", help=f"run a benchmark ({', '.join(BENCHES)})")
     b.add_argument("name")
@@ -282,6 +242,9 @@ def interrupted(args) -> str:
 def main(argv=None) -> int:
     """Run a subcommand: 0 on success, 2 with one line for a bad name or value, 130 with one line on Ctrl-C."""
     args = None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["pretrain"]:                # its flags are pretrain's own: `toyrl pretrain --steps 10` as written
+        return cmd_pretrain(argparse.Namespace(rest=argv[1:]))
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

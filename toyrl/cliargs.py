@@ -36,7 +36,7 @@ import types
 import typing
 from dataclasses import dataclass
 
-__all__ = ["UsageError", "Spec", "field_docs", "specs", "add_fields", "values", "grid", "check_names", "to_argv",
+__all__ = ["UsageError", "choose", "Spec", "field_docs", "specs", "add_fields", "values", "grid", "check_names", "to_argv",
            "field_error", "AtLeast"]
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -45,6 +45,15 @@ SCALARS = (int, float, str)
 
 class UsageError(Exception):
     """A bad name or value: reported in one line, exit code 2."""
+
+
+def choose(kind: str, name: str, valid) -> str:
+    """Return ``name`` if it is one of ``valid``, else raise a one-line UsageError listing them
+    (``choose("env", "nope", ["gridworld"])`` -> "unknown env 'nope'; valid envs: gridworld")."""
+    valid = list(valid)
+    if name not in valid:
+        raise UsageError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
+    return name
 
 
 class AtLeast(argparse.Action):

@@ -20,7 +20,7 @@ import torch
 
 from .envs import make_core
 from .envs.core import VOID, BatchedCore
-from .envs.gridworld import HOLE, GOAL, GridCore, _neighbours
+from .envs.gridworld import HOLE, GridCore, goal_distance, neighbours
 from .envs.bandit_chain import BanditCore
 from .envs.mock_search import SearchCore, oracle_actions
 
@@ -36,29 +36,15 @@ DEMO_CONFIGS = {
 }
 
 
-def _grid_distance(tiles: np.ndarray, n: int) -> np.ndarray:
-    """(n*n,) BFS distance of every cell to the goal avoiding holes (large where unreachable)."""
-    nxt = _neighbours(n)[:4]
-    dist = np.full(n * n, 10**6)
-    dist[tiles == GOAL] = 0
-    for _ in range(n * n):
-        via = dist[nxt].min(0) + 1                                  # best neighbour + 1, (n*n,)
-        new = np.where((tiles == HOLE) | (tiles == GOAL), dist, np.minimum(dist, via))
-        if (new == dist).all():
-            break
-        dist = new
-    return dist
-
-
 def expert_actions(core: BatchedCore, rows: Optional[np.ndarray] = None) -> np.ndarray:
     """The planner's action for each of ``rows`` (default all copies) -> (len(rows),) int64."""
     rows = np.arange(core.num_envs) if rows is None else np.asarray(rows)
     st = core.state
     if isinstance(core, GridCore):
         out = np.empty(len(rows), np.int64)
-        nxt = core._next[:4]
+        nxt = neighbours(core.size)[:4]                             # (4, n*n)
         for j, i in enumerate(rows):
-            dist = _grid_distance(st["tiles"][i], core.size)
+            dist = goal_distance(st["tiles"][i], core.size)
             d = dist[nxt[:, st["pos"][i]]]                          # (4,) distance after each move
             d = np.where(st["tiles"][i][nxt[:, st["pos"][i]]] == HOLE, 10**7, d)
             out[j] = int(np.argmin(d))
@@ -80,7 +66,7 @@ def process_scores(core: BatchedCore) -> np.ndarray:
     """
     st = core.state
     if isinstance(core, GridCore):
-        d = np.array([_grid_distance(st["tiles"][i], core.size)[st["pos"][i]] for i in range(core.num_envs)])
+        d = np.array([goal_distance(st["tiles"][i], core.size)[st["pos"][i]] for i in range(core.num_envs)])
         hole = st["tiles"][np.arange(core.num_envs), st["pos"]] == HOLE
         return np.where(hole | (d >= 10**6), -100.0, -d.astype(float))
     if isinstance(core, BanditCore):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,6 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .cliargs import UsageError
-from .runlog import RunLog
 
 __all__ = ["Group", "read_runs", "group_runs", "curves", "plot_runs", "summary_table", "format_table",
            "add_run_commands", "DEFAULT_METRICS"]
@@ -55,15 +55,22 @@ class Group:
 
 
 def read_runs(paths: Sequence) -> list:
-    """RunLogs of ``paths``; a missing or unreadable file is a one-line UsageError."""
+    """RunLogs of ``paths``; a missing or unreadable file is a one-line UsageError. What ``RunLog.load`` warns
+    of (a torn final line: the run was cut off, the line is skipped) is printed as one line per file to stderr,
+    ``toyrl: warning: run.jsonl:7: skipped a torn final line ...``, whatever the warning filters."""
+    from .runlog import RunLog                                  # torch: imported when a command reads logs
     logs = []
     for p in paths:
         if not Path(p).is_file():
             raise UsageError(f"{p}: no such run log")
         try:
-            logs.append(RunLog.load(p))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                logs.append(RunLog.load(p))
         except (ValueError, UnicodeDecodeError) as e:
             raise UsageError(str(e)) from None
+        for w in caught:
+            print(f"toyrl: warning: {w.message}", file=sys.stderr)
     return logs
 
 

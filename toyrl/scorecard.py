@@ -1,7 +1,11 @@
 """The stability scorecard: which design choices collapse and which hold, over seeds.
 
     toyrl scorecard [--quick] [--seeds N] [--out-dir D] [--env gridworld] [--workers W] [--backend process|ray]
-    card = run_scorecard(seeds=10, out_dir="data/scorecard")     # the same from Python
+    card = run_scorecard(seeds=10, out_dir="toyrl-results/scorecard")     # the same from Python
+
+The CLI writes to ``./toyrl-results/scorecard/`` unless ``--out-dir`` names a folder; the shipped card in
+``data/scorecard/`` is replaced only by ``--update-shipped`` (``toyrl.results``), each file whole, after
+every run is done.
 
 ARLArena (arXiv 2602.21534) splits a policy-gradient design into four dials: advantage design
 (``estimator``), importance sampling / clipping (``clip``), loss aggregation (``agg``) and dynamic
@@ -40,13 +44,13 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .claims.spec import auc, collapse_times, final
+from .results import REPO, atomic_write
 from .scorecard_mi import regime
 
 __all__ = ["DIALS", "BASE", "REGIME", "SETTINGS", "STEPS", "SPIKE", "design", "cell_config", "cell_name", "run_one",
            "run_metrics", "select_cells", "summarize_cell", "effects", "run_scorecard", "build_record", "rebuild",
            "summary", "paired_effect", "REPO"]
 
-REPO = Path(__file__).resolve().parents[1]
 
 DIALS = {
     "estimator": ("grpo", "gigpo", "turn_gae"),
@@ -270,15 +274,18 @@ def build_record(runs: dict, meta: dict) -> dict:
 
 
 def _write(out_dir, record: dict, runs: Optional[dict], figure: bool) -> None:
+    """runs.json, scorecard.png, then scorecard.json, each written whole (``atomic_write``)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scorecard.json").write_text(json.dumps(record, indent=1) + "\n")
     if runs is not None:
-        (out / "runs.json").write_text(json.dumps({"meta": record["meta"], "cells": runs},
-                                                  separators=(",", ":")) + "\n")
+        atomic_write(out / "runs.json", (json.dumps({"meta": record["meta"], "cells": runs},
+                                                    separators=(",", ":")) + "\n").encode())
     if figure:
+        import io
         from .scorecard_plot import write_figure
-        write_figure(record, out / "scorecard.png")
+        buf = io.BytesIO()
+        write_figure(record, buf)
+        atomic_write(out / "scorecard.png", buf.getvalue())
+    atomic_write(out / "scorecard.json", (json.dumps(record, indent=1) + "\n").encode())
 
 
 def rebuild(out_dir, figure: bool = True) -> dict:

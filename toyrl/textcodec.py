@@ -30,10 +30,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .demos import ScriptedPolicy
 from .envs.core import VOID, BatchedCore
 
-__all__ = ["WordTokenizer", "TextCodec", "TextExpert", "compact_text", "turn_texts", "text_template_stats",
+__all__ = ["WordTokenizer", "TextCodec", "compact_text", "turn_texts", "text_template_stats",
            "repetition_rate", "TEMPLATES"]
 
 _PIECES = re.compile(r"[A-Za-z]+|\d+|\s|[^A-Za-z\d\s]")
@@ -219,14 +218,11 @@ class TextCodec:
 
     # ---- demonstrations ---------------------------------------------------------------------------
     def action_ids(self, core: BatchedCore, action: int, i: int) -> list[int]:
-        """The ids of the canonical reply of ``action`` (``core.action_text``); EOS alone for VOID."""
+        """The ids of the canonical reply of ``action`` (``core.action_text``); EOS alone for VOID. What the
+        scripted expert (``toyrl.demos.ScriptedPolicy``) writes through a text codec."""
         if action == VOID:
             return [int(self.tokenizer.eos_id if self.tokenizer.eos_id is not None else self.PAD)]
         return self._encode(core.action_text(int(action), int(i)))
-
-
-TextExpert = ScriptedPolicy
-"""The scripted expert of text codecs: ``ScriptedPolicy`` writes ``codec.action_ids``, the action's text."""
 
 
 # ---- text-level diagnostics (the Echo Trap on real text) -------------------------------------------

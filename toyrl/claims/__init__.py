@@ -3,14 +3,18 @@
     toyrl reproduce [CLAIM ...] [--seeds 10] [--first-seed 0] [--quick] [--workers W] [--out-dir D]
     # == run_claims(names, seeds=10, first_seed=0, quick=False, workers=W, out_dir=D)
 
-For every claim: write its setting, mechanism and faithfulness note to ``<claim>.json`` *before*
-any run (verdict "pending"); run its arms x seeds S..S+N-1 (a process pool, one torch thread
-each; trainer seeds from ``spec.train_seed``, so no run is shared between claims); reduce each run
-to scalar metrics; paired t intervals, Holm correction and the one verdict rule (``stats.py``);
-then write ``<claim>.json`` (result, verdict), ``<claim>.series.json.gz`` (every run's series)
-and ``<claim>.png`` (redrawn from the series by ``redraw``). The README claims table (between
-``<!-- claims:start -->`` and ``<!-- claims:end -->``) is regenerated from every claim file
-present. Verdicts are computed, never edited.
+For every claim: write its setting, mechanism and faithfulness note to ``<claim>.pending.json``
+*before* any run (verdict "pending"); run its arms x seeds S..S+N-1 (a process pool, one torch
+thread each; trainer seeds from ``spec.train_seed``, so no run is shared between claims); reduce
+each run to scalar metrics; paired t intervals, Holm correction and the one verdict rule
+(``stats.py``); then, once all of the claim's runs are done, write ``<claim>.series.json.gz``
+(every run's series), ``<claim>.png`` (drawn from the series, as ``redraw`` does) and last
+``<claim>.json`` (the registration with the result and verdict), each file whole
+(``toyrl.results.atomic_write``), and remove the pending file. An interrupted run leaves the
+claim's previous files as they were. Results go to ``out_dir`` (default ``./toyrl-results/claims``);
+the shipped ledger (``data/claims/``) and the README claims table (between ``<!-- claims:start -->``
+and ``<!-- claims:end -->``, regenerated from every claim file present by ``write_readme``) are
+replaced only by ``toyrl reproduce --update-shipped``. Verdicts are computed, never edited.
 
 Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability`` and ``credit`` (the claims),
 ``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict), ``report`` (JSON,
@@ -28,17 +32,19 @@ from . import report
 from .credit import CREDIT_CLAIMS
 from .offpolicy import OFFPOLICY_CLAIMS
 from ..parallel import iter_tasks
+from ..results import REPO, out_dir as results_dir, shipped_dir
 from .report import claims_table, load_series, write_figure, write_json, write_series
 from .spec import Claim, Test, run_job, train_seed
 from .stability import STABILITY_CLAIMS
 from .stats import VERDICT_RULE, _r, classify, holm, paired_effect, summary, verdict
 
-__all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "redraw", "write_readme", "REPO"]
+__all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "redraw", "write_readme", "REPO",
+           "SHIPPED_DIR"]
 
 CLAIMS = {c.name: c for c in STABILITY_CLAIMS + OFFPOLICY_CLAIMS + CREDIT_CLAIMS}
 """name -> Claim, in ledger order"""
-REPO = Path(__file__).resolve().parents[2]
-"""the checkout (data/claims and README.md live here)"""
+SHIPPED_DIR = shipped_dir("claims")
+"""the shipped ledger, data/claims of the checkout (``REPO``, where README.md lives too)"""
 
 
 def _execute(job: tuple) -> tuple:
@@ -127,17 +133,19 @@ def _finish(claim: Claim, rec: dict, runs: dict, out: Path, elapsed: float) -> d
     rec = {**rec, "result": result, "verdict": v, "run_time_s": round(elapsed, 1), "cpu_time_s": _r(cpu, 1),
            "notes": notes_for(claim, v)}
     write_series(out / f"{claim.name}.series.json.gz", claim.name, runs)
-    write_json(out / f"{claim.name}.json", rec)
     write_figure(out / f"{claim.name}.png", claim, {a: {s: r["series"] for s, r in d.items()} for a, d in runs.items()},
                  rec)
+    write_json(out / f"{claim.name}.json", rec)                # the record last: it names a finished run
+    (out / f"{claim.name}.pending.json").unlink(missing_ok=True)
     return rec
 
 
-def redraw(name: str, out_dir=None) -> Path:
-    """Redraw ``<name>.png`` from its JSON record and stored series, without re-running anything."""
-    out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
-    rec = json.loads((out / f"{name}.json").read_text())
-    write_figure(out / f"{name}.png", CLAIMS[name], load_series(out / f"{name}.series.json.gz"), rec)
+def redraw(name: str, out_dir, src_dir=None) -> Path:
+    """Redraw ``out_dir/<name>.png`` from the JSON record and stored series in ``src_dir`` (default ``out_dir``),
+    without re-running anything; returns the figure's path."""
+    out, src = Path(out_dir), Path(src_dir if src_dir is not None else out_dir)
+    rec = json.loads((src / f"{name}.json").read_text())
+    write_figure(out / f"{name}.png", CLAIMS[name], load_series(src / f"{name}.series.json.gz"), rec)
     return out / f"{name}.png"
 
 
@@ -148,12 +156,14 @@ def _records(out: Path) -> dict:
 
 def write_readme(out_dir=None, readme=None) -> bool:
     """Regenerate the README claims table from every claim file in ``out_dir`` (ledger order), with the
-    verdicts of a held-out seed block from ``out_dir/heldout/`` where one was run in the same setting."""
-    out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
+    verdicts of a held-out seed block from ``out_dir/heldout/`` where one was run in the same setting.
+    Defaults: the shipped ledger (``SHIPPED_DIR``) and the checkout's README.md."""
+    out = Path(out_dir) if out_dir is not None else SHIPPED_DIR
     records, heldout = _records(out), _records(out / "heldout")
-    footer = (f"Verdict rule: {VERDICT_RULE} Regenerate with `toyrl reproduce` (each file names its own command)."
-              + (" Held-out block: `toyrl reproduce --first-seed 10 --out-dir data/claims/heldout --no-readme`, "
-                 "seeds the settings were not chosen on." if heldout else ""))
+    footer = (f"Verdict rule: {VERDICT_RULE} Regenerate with `toyrl reproduce --update-shipped` (each file names "
+              "its own command)."
+              + (" Held-out block: `toyrl reproduce --first-seed 10 --update-shipped --out-dir data/claims/heldout "
+                 "--no-readme`, seeds the settings were not chosen on." if heldout else ""))
     return report.update_readme(Path(readme) if readme else REPO / "README.md",
                                 claims_table(list(records.values()), heldout), footer)
 
@@ -175,24 +185,26 @@ def _usage(names, seeds: int) -> Optional[str]:
 
 
 def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_seed: int = 0, quick: bool = False,
-               workers: int = 2, out_dir=None, update_readme: bool = True, readme=None, progress: bool = True,
-               backend: str = "process", address: Optional[str] = None) -> int:
+               workers: int = 2, out_dir=None, readme=None, progress: bool = True, backend: str = "process",
+               address: Optional[str] = None) -> int:
     """Run the named claims (all if empty) on seeds first_seed .. first_seed + seeds - 1; returns the exit code.
 
-    Unknown names (or seeds < 1) print one line to stderr and return 2. ``readme`` defaults to the
-    checkout's README.md; ``backend`` / ``address``: those of ``toyrl.parallel.run_tasks``.
+    Unknown names (or seeds < 1) print one line to stderr and return 2, before anything is written. Results go
+    to ``out_dir`` (default ``./toyrl-results/claims``); a claim's files there are replaced only once all its
+    runs are done. ``readme``: a README whose claims table is then regenerated from ``out_dir`` (default none);
+    ``backend`` / ``address``: those of ``toyrl.parallel.run_tasks``.
     """
     names = list(names or CLAIMS)
     err = _usage(names, seeds)
     if err:
         print(f"toyrl: error: {err}", file=sys.stderr)
         return 2
-    out = Path(out_dir) if out_dir is not None else REPO / "data" / "claims"
+    out = Path(out_dir) if out_dir is not None else results_dir("claims")
     seed_list = list(range(first_seed, first_seed + seeds))
     claims = [CLAIMS[n] for n in dict.fromkeys(names)]
     recs = {c.name: register(c, seed_list, quick) for c in claims}
-    for c in claims:                                           # the setting is on disk before any result
-        write_json(out / f"{c.name}.json", recs[c.name])
+    for c in claims:                    # the setting is on disk before any result; the last record stays until then
+        write_json(out / f"{c.name}.pending.json", recs[c.name])
     jobs = [(c.name, arm, s, quick) for c in claims for arm in c.arms for s in seed_list]
     t0 = time.time()
     print(f"reproduce: {len(claims)} claim(s), {len(jobs)} runs, seeds {seed_list[0]}..{seed_list[-1]}, "
@@ -207,6 +219,6 @@ def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_
             rec = _finish(CLAIMS[name], recs[name], runs[name], out, time.time() - t0)
             print(f"  {name:18s} {rec['verdict']:22s} ({time.time() - t0:.0f} s)", flush=True)
     print(f"reproduce: done in {time.time() - t0:.0f} s", flush=True)
-    if update_readme:
+    if readme is not None:
         write_readme(out, readme)
     return 0

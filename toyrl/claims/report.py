@@ -1,19 +1,20 @@
-"""Writing a claim's result: the JSON file (atomically), its figure, and the README claims table.
+"""Writing a claim's result: the JSON file, its series and its figure (each whole, ``toyrl.results.atomic_write``),
+and the README claims table.
 
 The README table lives between ``<!-- claims:start -->`` and ``<!-- claims:end -->``; only that span
 is replaced, and a README without both markers is left untouched (with a warning).
 """
 from __future__ import annotations
 
+import io
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from ..results import atomic_write
 from .spec import smooth, tokens_per_episode
 
 __all__ = ["write_json", "write_series", "load_series", "write_figure", "setting_label", "seed_band", "claims_table",
@@ -22,25 +23,8 @@ __all__ = ["write_json", "write_series", "load_series", "write_figure", "setting
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, then rename over ``path``: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_json(path: Path, record: dict) -> None:
-    _atomic_write(Path(path), (json.dumps(record, indent=1) + "\n").encode())
+    atomic_write(Path(path), (json.dumps(record, indent=1) + "\n").encode())
 
 
 def _round(v):
@@ -55,7 +39,7 @@ def write_series(path: Path, name: str, runs: dict) -> None:
     """Every run's series, gzipped JSON: {"claim", "arms": {arm: {seed: {key: [...]}}}} (5 significant digits)."""
     import gzip
     arms = {a: {str(s): {k: _round(v) for k, v in r["series"].items()} for s, r in d.items()} for a, d in runs.items()}
-    _atomic_write(Path(path), gzip.compress(json.dumps({"claim": name, "arms": arms}).encode(), mtime=0))
+    atomic_write(Path(path), gzip.compress(json.dumps({"claim": name, "arms": arms}).encode(), mtime=0))
 
 
 def load_series(path: Path) -> dict:
@@ -151,11 +135,10 @@ def write_figure(path: Path, claim, series: dict, record: dict) -> None:
     fig.suptitle(f"{claim.name}: {record['verdict']} ({n} seeds{', quick' if record['setting'].get('quick') else ''})"
                  f"\n{setting_label(claim.base, claim.arms)}", fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=72)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72)
     plt.close(fig)
-    os.replace(tmp, path)
+    atomic_write(path, buf.getvalue())
 
 
 def _fmt(v) -> str:
@@ -222,5 +205,5 @@ def update_readme(readme: Path, table: str, footer: str = "") -> bool:
         return False
     new = text[:i + len(START)] + "\n" + table + ("\n\n" + footer if footer else "") + "\n" + text[j:]
     if new != text:
-        _atomic_write(readme, new.encode())
+        atomic_write(readme, new.encode())
     return True

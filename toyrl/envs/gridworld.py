@@ -12,7 +12,8 @@ from gymnasium import spaces
 
 from .core import VOID, BatchedCore, CoreEnv, mix64, parse_bracket_action
 
-__all__ = ["MAPS", "GridCore", "GridWorldEnv", "random_map", "map_to_array", "shortest_path"]
+__all__ = ["MAPS", "GridCore", "GridWorldEnv", "random_map", "map_to_array", "neighbours", "shortest_path",
+           "goal_distance"]
 
 FROZEN, HOLE, GOAL, START = 0, 1, 2, 3
 TILE_CHARS = "FHGS"
@@ -34,8 +35,9 @@ def map_to_array(rows: list[str]) -> np.ndarray:
     return np.array([TILE_CHARS.index(c) for c in "".join(rows)], dtype=np.int64)
 
 
-def _neighbours(n: int) -> np.ndarray:
-    """(5, n*n) next cell of each action from each cell (walls keep the agent in place); row 4 = VOID."""
+def neighbours(n: int) -> np.ndarray:
+    """(5, n*n) next cell of each action from each cell (walls keep the agent in place); row 4 = VOID.
+    Example: n=2 -> left [0, 0, 2, 2], down [2, 3, 2, 3], right [1, 1, 3, 3], up [0, 1, 0, 1], VOID [0, 1, 2, 3]."""
     cell = np.arange(n * n)
     r, c = cell // n, cell % n
     out = np.empty((5, n * n), dtype=np.int64)
@@ -49,7 +51,7 @@ def _neighbours(n: int) -> np.ndarray:
 
 def shortest_path(tiles: np.ndarray, n: int) -> Optional[list[int]]:
     """BFS from S to G avoiding holes on a deterministic map -> list of actions, or None if unreachable."""
-    nxt = _neighbours(n)
+    nxt = neighbours(n)
     start, goal = int(np.flatnonzero(tiles == START)[0]), int(np.flatnonzero(tiles == GOAL)[0])
     prev = {start: None}
     frontier = [start]
@@ -71,6 +73,29 @@ def shortest_path(tiles: np.ndarray, n: int) -> Optional[list[int]]:
         frontier = new
     return None
 
+
+def goal_distance(tiles: np.ndarray, n: int) -> np.ndarray:
+    """(n*n,) BFS distance of every cell to the goal, walking around holes (the planner's value on a
+    deterministic map):
+
+        d(G) = 0,   d(c) = 1 + min_a d(next(c, a))  for a frozen or start cell c
+
+    Holes, and cells from which no path avoids them, keep 10**6. Example: map ["SF", "HG"] ->
+    [2, 1, 1000000, 0] (S goes right then down; the hole has no distance).
+    """
+    tiles = np.asarray(tiles)
+    if tiles.shape != (n * n,):
+        raise ValueError(f"tiles must have shape ({n * n},) for an n={n} map, got {tiles.shape}")
+    nxt = neighbours(n)[:4]
+    dist = np.full(n * n, 10**6)
+    dist[tiles == GOAL] = 0
+    for _ in range(n * n):
+        via = dist[nxt].min(0) + 1                                  # best neighbour + 1, (n*n,)
+        new = np.where((tiles == HOLE) | (tiles == GOAL), dist, np.minimum(dist, via))
+        if (new == dist).all():
+            break
+        dist = new
+    return dist
 
 def random_map(rng: np.random.Generator, n: int = 4, p_frozen: float = 0.8) -> np.ndarray:
     """Draw an n x n map with S top-left and G bottom-right, redrawn until G is reachable -> (n*n,)."""
@@ -101,7 +126,7 @@ class GridCore(BatchedCore):
         self.void_penalty = float(void_penalty)
         self.n_actions = 4
         self.task_dim = size * size
-        self._next = _neighbours(size)                                   # (5, n*n)
+        self._next = neighbours(size)                                   # (5, n*n)
         self._fixed = map_to_array(MAPS[map_name]) if map_name else None
 
     def sample_tasks(self, rng: np.random.Generator, n: int) -> np.ndarray:

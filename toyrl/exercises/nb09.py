@@ -44,7 +44,7 @@ def check_template(answer):
 @exercise("09.warm_start")
 def check_warm_start(answer):
     """answer: mean success_rate over the last 5 steps of grid4x4_bc_grpo minus that of grid4x4_scratch_grpo."""
-    from ..policies.tinylm import load_small_llm
+    from ..viz.small_llm import load_small_llm
     runs = load_small_llm(["grid4x4_bc_grpo", "grid4x4_scratch_grpo"])
     tail = lambda rows: float(np.mean([r["success_rate"] for r in rows[-5:]]))   # noqa: E731
     want = tail(runs["grid4x4_bc_grpo"]) - tail(runs["grid4x4_scratch_grpo"])

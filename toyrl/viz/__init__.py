@@ -11,6 +11,7 @@ modules can be added without registering them):
 - ``toyrl.viz.echo``        notebook 02: the Echo Trap, collapse-step detection, precomputed runs
 - ``toyrl.viz.ratios``      notebook 03: env-token masking, ratio levels, clipping under staleness
 - ``toyrl.viz.void``, ``context``, ``critics``, ``trees``, ``aggregation``, ``prototype``: notebooks 04-10
+- ``toyrl.viz.small_llm``   notebook 09: TinyLM's precomputed GRPO / GiGPO runs, the reply-temperature panel
 
 A widget callback is a thin wrapper: ``fig = toyrl.viz.credit.plot_estimators(...)`` with the slider
 values as keyword arguments; the ``tests/test_viz_*.py`` files call the same functions over each slider range.
