@@ -4,10 +4,12 @@ from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toyrl import TurnBatch
-from toyrl.diagnostics import (grad_norm_per_turn, grad_norm_per_turn_proxy, obs_boundary_masks, reward_variance,
-                               stability_report, template_entropy_mi, turn_template_ids)
+from toyrl.diagnostics import (grad_norm_per_turn, grad_norm_per_turn_proxy, obs_boundary_masks, pool_loss_stats,
+                               reward_variance, stability_report, template_entropy_mi, turn_template_ids)
 from toyrl.objectives import policy_loss
 
 # 4 rollouts in 2 groups (tasks 0, 1): prompt, a_0 a_0, o_0, a_1 a_1 (T = 6, H = 2)
@@ -129,3 +131,62 @@ def test_zero_std_groups_do_not_nan(zero):
         batch = batch.replace(turn_reward=torch.zeros(4, 2))
     row = stability_report(batch)
     assert all(math.isfinite(v) for k, v in row.items() if isinstance(v, float) and k not in ())
+
+
+# ---- pooling the loss statistics of a step's minibatches x epochs ------------------------------------------------
+def _info(n_turn, clip_turn, rmin_turn, rmax_turn, loss):
+    """A fake policy_loss info from per-turn figures (the scalars pooled from them as policy_loss would)."""
+    n = torch.tensor(n_turn)
+    t = lambda v: torch.tensor(v, dtype=torch.float32)                                # noqa: E731
+    has, empty = n > 0, not bool((n > 0).any())                                       # empty: policy_loss's fills
+    return {"n_tokens": n.sum(), "tokens_turn": n, "loss": t(loss),
+            "clip_frac": t(0.0) if empty else (t(clip_turn) * n).sum() / n.sum(), "clip_frac_turn": t(clip_turn),
+            "ratio_min": t(1.0) if empty else t(rmin_turn)[has].min(), "ratio_min_turn": t(rmin_turn),
+            "ratio_max": t(1.0) if empty else t(rmax_turn)[has].max(), "ratio_max_turn": t(rmax_turn),
+            "level": "token", "ratio": torch.ones(2, 3)}                           # non-statistics: dropped
+
+
+def test_pool_loss_stats_by_hand():
+    """Minibatch a: 1 token of turn 0 (clipped), 3 tokens of turn 1 (none clipped); minibatch b: 2 of turn 0
+    (both clipped), none of turn 1 (fills 0 / 1 / 1 there)."""
+    a = _info([1, 3], [1.0, 0.0], [0.8, 0.9], [1.3, 1.1], loss=2.0)
+    b = _info([2, 0], [1.0, 0.0], [0.7, 1.0], [0.95, 1.0], loss=-1.0)
+    assert float(a["clip_frac"]) == 0.25 and float(b["clip_frac"]) == 1.0
+    out = pool_loss_stats([a, b])
+    assert float(out["clip_frac"]) == pytest.approx((4 * 0.25 + 2 * 1.0) / 6)          # 0.5, not b's 1.0
+    assert float(out["loss"]) == pytest.approx((4 * 2.0 + 2 * -1.0) / 6)               # 1.0
+    assert out["clip_frac_turn"].tolist() == pytest.approx([1.0, 0.0])                 # turn 1: b has no tokens
+    assert out["ratio_min"].item() == pytest.approx(0.7) and out["ratio_max"].item() == pytest.approx(1.3)
+    assert out["ratio_min_turn"].tolist() == pytest.approx([0.7, 0.9])                 # b's fill 1.0 left out
+    assert out["ratio_max_turn"].tolist() == pytest.approx([1.3, 1.1])
+    assert out["tokens_turn"].tolist() == [3.0, 3.0] and out["n_tokens"].item() == 6.0
+    assert pool_loss_stats([a, b], passes=2)["tokens_turn"].tolist() == [1.5, 1.5]      # per pass over the batch
+    assert "level" not in out and "ratio" not in out
+    c = _info([0, 0], [0.0, 0.0], [1.0, 1.0], [1.0, 1.0], loss=0.0)                     # an empty minibatch
+    assert pool_loss_stats([a, c])["ratio_max"].item() == pytest.approx(1.3)           # not pulled to c's fill
+    assert pool_loss_stats([c, c])["ratio_min"].item() == 1.0                          # all empty: the fill
+    with pytest.raises(ValueError, match="infos"):
+        pool_loss_stats([])
+    with pytest.raises(ValueError, match="passes"):
+        pool_loss_stats([a], passes=0)
+    with pytest.raises(ValueError, match="other statistics"):
+        pool_loss_stats([a, {k: v for k, v in b.items() if k != "clip_frac_turn"}])
+
+
+@settings(max_examples=40, deadline=None)
+@given(B=st.integers(1, 4), T=st.integers(1, 6), seed=st.integers(0, 2**16), clip=st.sampled_from(["ppo", "dual_clip"]))
+def test_pool_of_one_minibatch_is_that_minibatch_exactly(B, T, seed, clip):
+    """ppo_epochs = minibatches = 1: the pooled row is bit for bit the one minibatch's row."""
+    g = torch.Generator().manual_seed(seed)
+    logp, old = -torch.rand(B, T, generator=g) * 3, -torch.rand(B, T, generator=g) * 3
+    turn_id = torch.sort(torch.randint(-1, 3, (B, T), generator=g), 1).values
+    mask = (turn_id >= 0) & (torch.rand(B, T, generator=g) < 0.8)
+    adv = torch.randn(B, T, generator=g)
+    ref = -torch.rand(B, T, generator=g) * 3
+    loss, info = policy_loss(logp, old, adv, mask, turn_id, clip=clip, H=3, ref_logp=ref, kl_coef=0.1)
+    pooled = pool_loss_stats([{"loss": loss.detach(), **info}])
+    assert float(pooled["loss"]) == loss.item()
+    old_row, new_row = stability_report(make_batch(), info), stability_report(make_batch(), pooled)
+    assert old_row.keys() == new_row.keys()
+    for k, v in old_row.items():
+        assert v == new_row[k] or (v != v and new_row[k] != new_row[k]), k              # equal, or both NaN

@@ -47,6 +47,8 @@ def multi_turn(seed, B=6, L=16, scale=0.5):
 def extra(name, old, B):
     if name == "a2tgpo":
         return {"z": torch.linspace(-1, 1, B * 4, dtype=old.dtype).view(B, 4)}
+    if name == "dro":
+        return {"beta": 0.05}                                        # verl has no default beta: it must be given
     return {"rollout_log_probs": old - 0.2} if name == "tis" else {}
 
 

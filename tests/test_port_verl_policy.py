@@ -6,24 +6,26 @@ import pytest
 import torch
 
 from toyrl.port import verl_policy as vp
+from toyrl.port.verl_losses import get_policy_loss_fn
 from toyrl.port.verl_loader import load_core_algos
 
 ca = load_core_algos()
 pytestmark = pytest.mark.skipif(ca is None, reason="verl 0.9.1 (or one of its imports) is not installed")
 
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-NAMES = ["vanilla", "gspo", "cispo", "sapo", "geo_mean", "gpg", "dppo_tv", "dppo_kl", "dro"]
+NAMES = ["vanilla", "gspo", "cispo", "sapo", "geo_mean", "gpg", "dppo_tv", "dppo_kl", "dro", "clip_cov", "kl_cov"]
 SETTINGS = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 2.5,
             "tau_pos": 1.0, "tau_neg": 1.05}
 DRO_BETA = 0.05
-VP_SETTINGS = dict(SETTINGS, policy_loss={"dro_beta": DRO_BETA})
+COV = {"clip_cov_ratio": 1.0, "kl_cov_ratio": 0.1}      # clip_cov: every candidate detached (no random choice)
+VP_SETTINGS = dict(SETTINGS, policy_loss={"dro_beta": DRO_BETA, **COV})
 
 
 def verl_config(**extra):
     from verl.workers.config import ActorConfig
     from verl.workers.config.actor import PolicyLossConfig
     cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1,
-                      policy_loss=PolicyLossConfig(dro_beta=DRO_BETA), **SETTINGS)
+                      policy_loss=PolicyLossConfig(dro_beta=DRO_BETA, **COV), **SETTINGS)
     cfg.global_batch_info.update(extra)
     return cfg
 
@@ -64,7 +66,7 @@ def test_policy_losses_match_verl(name, mode):
         old, logp, adv, mask, w = data(seed, scale=scale)
         for weights in (None, w):
             ref = run(ca.get_policy_loss_fn(name), old, logp, adv, mask, mode, cfg, weights)
-            assert_same(ref, run(vp.get_policy_loss_fn(name), old, logp, adv, mask, mode, dict(VP_SETTINGS), weights))
+            assert_same(ref, run(get_policy_loss_fn(name), old, logp, adv, mask, mode, dict(VP_SETTINGS), weights))
 
 
 def test_config_forms_and_global_batch_info():
@@ -77,14 +79,14 @@ def test_config_forms_and_global_batch_info():
             forms = [dict(SETTINGS, global_batch_info=info), OmegaConf.create(dict(SETTINGS, global_batch_info=info)),
                      types.SimpleNamespace(**SETTINGS, global_batch_info=info), verl_config(**info)]
             for cfg in forms:
-                assert_same(ref, run(vp.get_policy_loss_fn(name), old, logp, adv, mask, mode, cfg, None))
+                assert_same(ref, run(get_policy_loss_fn(name), old, logp, adv, mask, mode, cfg, None))
     # clip_ratio_low / high left None fall back to clip_ratio
     cfg = {"clip_ratio": 0.1, "clip_ratio_low": None, "clip_ratio_high": None}
     from verl.workers.config import ActorConfig
     vcfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1, clip_ratio=0.1,
                        clip_ratio_low=None, clip_ratio_high=None)
     assert_same(run(ca.get_policy_loss_fn("vanilla"), old, logp, adv, mask, "token-mean", vcfg, None),
-                run(vp.get_policy_loss_fn("vanilla"), old, logp, adv, mask, "token-mean", cfg, None))
+                run(get_policy_loss_fn("vanilla"), old, logp, adv, mask, "token-mean", cfg, None))
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -131,11 +133,11 @@ def test_kl_penalty_matches_verl(name):
 
 
 def test_registry_and_errors():
-    assert set(vp.POLICY_LOSS_REGISTRY) == set(NAMES)
+    assert set(vp.POLICY_LOSS_REGISTRY) == set(NAMES) | {"bypass_mode"}    # bypass_mode: test_port_verl_modes
     with pytest.raises(ValueError, match="Unsupported loss mode"):
-        vp.get_policy_loss_fn("bypass_mode")
+        get_policy_loss_fn("trpo")
     with pytest.raises(ValueError, match="dro_beta"):
-        vp.get_policy_loss_fn("dro")(*data(0)[:4], "token-mean", dict(SETTINGS))
+        get_policy_loss_fn("dro")(*data(0)[:4], "token-mean", dict(SETTINGS))
     with pytest.raises(NotImplementedError):
         vp.kl_penalty(torch.zeros(2), torch.zeros(2), "full")
     with pytest.raises(ValueError, match="kl_penalty must be one of"):
@@ -146,5 +148,5 @@ def test_port_is_finite_on_empty_batch_where_verl_is_not():
     old, logp, adv, _, _ = data(0)
     mask = torch.zeros_like(old)
     for name in ("vanilla", "cispo", "sapo"):
-        loss, _ = vp.get_policy_loss_fn(name)(old, logp, adv, mask, "token-mean", dict(SETTINGS))
+        loss, _ = get_policy_loss_fn(name)(old, logp, adv, mask, "token-mean", dict(SETTINGS))
         assert float(loss) == 0.0

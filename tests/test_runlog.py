@@ -34,7 +34,8 @@ def test_first_line_is_the_header(tmp_path):
     path = tmp_path / "run.jsonl"
     write_log(path, [{"step": 0, "reward_mean": 0.5}])
     head = json.loads(path.read_text().splitlines()[0])
-    assert set(head) == {"config", "toyrl", "torch", "started"}
+    assert set(head) == {"config", "toyrl", "torch", "started", "stats_over"}
+    assert head["stats_over"].startswith("all minibatches x epochs, token-weighted")
     assert head["config"] == {"env": "gridworld", "estimator": "grpo", "seed": 0}
     assert head["toyrl"] == toyrl.__version__ and head["torch"] == torch.__version__
     started = datetime.fromisoformat(head["started"])

@@ -13,7 +13,9 @@ Dimension legend: B rollouts, T token positions, H turns, S groups, N samples.
   signal: low MI means the reasoning no longer depends on the task).
 
 ``stability_report(batch, info)`` returns all of it as one flat run-log row. A value that cannot
-be measured (no entropy given, no observation tokens, no void-turn labels) is NaN.
+be measured (no entropy given, no observation tokens, no void-turn labels) is NaN. A training step
+takes ppo_epochs x minibatches loss evaluations; ``pool_loss_stats`` pools their ``info`` dicts into
+one (``STATS_OVER`` says how, and every run-log header carries it as ``stats_over``).
 """
 from __future__ import annotations
 
@@ -26,9 +28,16 @@ from .filters import group_reward_std
 from .segments import dense_index, pair_index, segment_count, segment_sum
 
 __all__ = ["reward_variance", "grad_norm_per_turn", "grad_norm_per_turn_proxy", "obs_boundary_masks",
-           "turn_template_ids", "template_entropy_mi", "stability_report"]
+           "turn_template_ids", "template_entropy_mi", "pool_loss_stats", "stability_report", "STATS_OVER"]
 
 NAN = float("nan")
+POOL_MEAN = ("loss", "loss_pg", "kl_ref", "clip_frac", "clip_frac_high", "clip_frac_low", "extra_frac", "ratio_mean",
+             "ppo_kl", "approx_kl")
+"""loss statistics pooled as token-weighted means (their ``*_turn`` lists per turn index, weighted by tokens_turn)"""
+POOL_MIN, POOL_MAX, POOL_COUNT = ("ratio_min",), ("ratio_max",), ("n_tokens", "tokens_turn")
+STATS_OVER = ("all minibatches x epochs, token-weighted (per-turn lists weighted per turn index); ratio_min / "
+              "ratio_max: min of minima, max of maxima; n_tokens / tokens_turn: per pass over the batch")
+"""how a run-log row's loss statistics span a step (``pool_loss_stats``); written into every run-log header"""
 
 
 def reward_variance(reward: torch.Tensor, group: torch.Tensor, *, eps: float = 1e-6, ddof: int = 1) -> dict:
@@ -143,6 +152,66 @@ def template_entropy_mi(template: torch.Tensor, task: torch.Tensor) -> tuple[flo
     return h_t, max(h_t - (h_joint - h_task), 0.0)
 
 
+def _pool(x: torch.Tensor, w: torch.Tensor, how: str) -> torch.Tensor:
+    """Pool x (N, ...) over its first axis with token weights w (N, ...); entries of weight 0 are left out
+    unless every weight is 0 (then the plain mean / min / max: an empty statistic's fill value)."""
+    has = w > 0
+    if how == "mean":
+        W = w.sum(0)
+        p = w / torch.where(W > 0, W, torch.ones_like(W))                      # one entry of weight w: p = w / w = 1
+        pooled = torch.where(has, p * x, torch.zeros_like(x)).sum(0)
+        return torch.where(W > 0, pooled, x.mean(0))
+    pick = torch.amin if how == "min" else torch.amax
+    fill = torch.full_like(x, float("inf") if how == "min" else float("-inf"))
+    return torch.where(has.any(0), pick(torch.where(has, x, fill), 0), pick(x, 0))
+
+
+@torch.no_grad()
+def pool_loss_stats(infos: list, *, passes: int = 1) -> dict:
+    """Pool the loss statistics of the N loss evaluations of one step (every minibatch of every epoch).
+
+        mean-like s:  s = sum_i n_i s_i / sum_i n_i,   n_i = minibatch i's loss-mask tokens (``n_tokens``)
+        s_turn[k]:    s[k] = sum_i n_ik s_ik[k] / sum_i n_ik,   n_ik = its tokens of turn index k (``tokens_turn``)
+        ratio_min = min_i ratio_min_i,   ratio_max = max_i ratio_max_i   (likewise per turn index)
+        n_tokens, tokens_turn = sum_i n_i / passes   (the tokens of one pass over the batch)
+
+    Mean-like: ``POOL_MEAN`` (``loss``, the minibatch's total loss, included when an info holds it).
+    Minibatches with no tokens (of turn k) are left out unless all are empty (then the fill value).
+    Each ``infos[i]`` is a ``policy_loss`` info (or its statistics alone); keys other than these
+    statistics are dropped. Returns float64 tensors: scalars and (H,) lists. With one info the
+    result equals it exactly (p = n / n = 1). Example: clip_frac 0.5 over 1 token and 0.0 over
+    3 tokens -> 0.125; ratio_max 1.3 and 1.1 -> 1.3; tokens_turn [1, 0] and [2, 1] -> [3., 1.].
+    """
+    if not isinstance(infos, (list, tuple)) or not infos or not all(isinstance(i, dict) for i in infos):
+        raise ValueError(f"infos must be a non-empty list of policy_loss info dicts, got {infos!r:.80}")
+    if not isinstance(passes, int) or passes < 1:
+        raise ValueError(f"passes must be an int >= 1 (the epochs the infos span), got {passes!r}")
+    known = {*POOL_MEAN, *POOL_MIN, *POOL_MAX, *POOL_COUNT}
+    stat_keys = lambda info: [k for k in info if k in known or (k.endswith("_turn") and k[:-5] in known)]   # noqa: E731
+    keys = stat_keys(infos[0])
+    for i, info in enumerate(infos):
+        if "n_tokens" not in info or "tokens_turn" not in info:
+            raise ValueError(f"infos[{i}] must hold n_tokens and tokens_turn (a policy_loss info)")
+        if set(stat_keys(info)) != set(keys):
+            raise ValueError(f"infos[{i}] holds other statistics {sorted(stat_keys(info))} "
+                             f"than infos[0] {sorted(keys)}")
+    f64 = lambda v: torch.as_tensor(v).detach().to("cpu", torch.float64)     # noqa: E731
+    stack = lambda k: torch.stack([f64(info[k]) for info in infos])           # noqa: E731
+    n, n_turn = stack("n_tokens"), stack("tokens_turn")                         # (N,), (N, H)
+    out = {}
+    for k in keys:
+        base, turn = (k[:-5], True) if k.endswith("_turn") and k != "tokens_turn" else (k, False)
+        if base in POOL_COUNT:
+            out[k] = stack(k).sum(0) / passes
+            continue
+        x = stack(k)                                                            # (N,) or (N, H)
+        if turn and x.shape != n_turn.shape:
+            raise ValueError(f"{k} must have the shape of tokens_turn (H,) in every info, got {tuple(x.shape)}")
+        how = "mean" if base in POOL_MEAN else "min" if base in POOL_MIN else "max"
+        out[k] = _pool(x, n_turn if turn else n, how)
+    return out
+
+
 def _tolist(x) -> list:
     return [float(v) for v in x.detach().cpu().tolist()]
 
@@ -160,7 +229,8 @@ def stability_report(batch: TurnBatch, info: Optional[dict] = None, *, reward: O
     template_mi, template_entropy_turn; from ``info``: loss_pg, kl_ref, clip_frac, clip_frac_low,
     clip_frac_high, ratio_max, ratio_min, ratio_mean, approx_kl, ppo_kl and the per-turn lists
     clip_frac_turn, clip_frac_low_turn, ratio_max_turn, ratio_min_turn, ratio_mean_turn,
-    approx_kl_turn, tokens_turn; grad_norm_turn if given.
+    approx_kl_turn, tokens_turn; grad_norm_turn if given. The trainer passes the step's pooled info
+    (``pool_loss_stats``: all minibatches x epochs, token-weighted), not one minibatch's.
     """
     H, tm = batch.H, batch.turn_mask
     R = batch.outcome() if reward is None else reward

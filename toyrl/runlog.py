@@ -3,12 +3,14 @@
 On disk (``toyrl train --out run.jsonl``)::
 
     {"config": {"env": "gridworld", ..., "seed": 0}, "toyrl": "0.1.0", "torch": "2.3.0",
-     "started": "2025-01-01T12:00:00+00:00"}
+     "started": "2025-01-01T12:00:00+00:00", "stats_over": "all minibatches x epochs, token-weighted ..."}
     {"step": 0, "reward_mean": 0.25, "grad_norm": "inf", ...}
     {"step": 1, ...}
 
-The header holds the full ``TrainConfig`` (``asdict``), the toyrl and torch versions and the UTC start time, so a
-log alone says what produced it. A row is written whole and flushed at once, so a killed run leaves at most one
+The header holds the full ``TrainConfig`` (``asdict``), the toyrl and torch versions, the UTC start time and
+``stats_over`` (how a row's loss statistics span the step's minibatches and epochs, ``diagnostics.STATS_OVER``;
+logs written before it took the last minibatch's clip_frac, approx_kl and per-turn lists), so a log alone says
+what produced it. A row is written whole and flushed at once, so a killed run leaves at most one
 torn final line. JSON has no NaN or infinity: non-finite floats are written as the strings ``"nan"``, ``"inf"``,
 ``"-inf"`` and read back as floats (older logs wrote ``null``; it reads as NaN in ``column``).
 
@@ -116,14 +118,16 @@ class RunLog:
 
 
 def header(config: dict) -> dict:
-    """The first line of a run log: the config, the toyrl and torch versions, the start time (ISO 8601, UTC)."""
+    """The first line of a run log: the config, the toyrl and torch versions, the start time (ISO 8601, UTC) and
+    how the rows' loss statistics pool a step's minibatches and epochs (``stats_over``)."""
     import toyrl
+    from .diagnostics import STATS_OVER
     version = getattr(toyrl, "__version__", None)
     if version is None:
         from importlib.metadata import version as dist_version
         version = dist_version("toyrl")
     return {"config": config, "toyrl": version, "torch": torch.__version__,
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "stats_over": STATS_OVER}
 
 
 def encode(v):

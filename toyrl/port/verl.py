@@ -9,12 +9,12 @@ one import a port needs.
 from .verl_credit import *  # noqa: F401,F403
 from .verl_credit import __all__ as _credit_all
 from .verl_credit import register_with_verl as register_estimators_with_verl
-from .verl_losses import register_policy_losses, turn_ids_from_mask, verl_policy_loss
+from .verl_losses import get_policy_loss_fn, register_policy_losses, turn_ids_from_mask, verl_policy_loss
 from .verl_policy import *  # noqa: F401,F403
 from .verl_policy import __all__ as _policy_all
 
-__all__ = list(_credit_all) + list(_policy_all) + ["register_estimators_with_verl", "register_policy_losses",
-                                                   "turn_ids_from_mask", "verl_policy_loss"]
+__all__ = list(_credit_all) + list(_policy_all) + ["get_policy_loss_fn", "register_estimators_with_verl",
+                                                   "register_policy_losses", "turn_ids_from_mask", "verl_policy_loss"]
 
 
 def register_with_verl(names=None, losses=None) -> list[str]:
