@@ -1,10 +1,14 @@
 """Filters: hand-computed keep masks and counts, registry on a TurnBatch, loop-vs-vectorized."""
+import numpy as np
 import pytest
 import torch
 
 from toyrl import TurnBatch
-from toyrl.filters import (FILTERS, FilterResult, leave_one_out, loop_abs_adv, starpo_s, t2po_resample, void_turn,
-                           zero_variance)
+from toyrl.envs import make_core
+from toyrl.filters import (FILTERS, FilterResult, leave_one_out, loop_abs_adv, starpo_s, t2po_resample,
+                           turn_uncertainty, void_turn, zero_variance)
+from toyrl.policies import make_policy
+from toyrl.rollout import ToyCodec, rollout
 
 
 def make_batch(reward_last, group, void=None, H=2):
@@ -91,3 +95,30 @@ def test_registry_on_turnbatch():
         FILTERS["t2po_resample"](batch)
     assert all(isinstance(FILTERS[n](batch, **({"u": torch.zeros(4, 2)} if n == "t2po_resample" else {})),
                           FilterResult) for n in FILTERS)
+
+
+def test_turn_uncertainty_by_hand_and_the_t2po_entry():
+    u = turn_uncertainty(torch.tensor([[0.2, 0.4, 9.0, 0.6]]), torch.tensor([[True, True, False, True]]),
+                         torch.tensor([[0, 0, 0, 1]]), 2)
+    assert torch.allclose(u, torch.tensor([[0.3, 0.6]]))                    # the written token does not count
+    batch = make_batch([1.0, 0.0], [0, 0]).replace(entropy=torch.tensor([[0.0, 0.9, 0.0, 0.8]] * 2))
+    f = FILTERS["t2po_resample"]
+    assert f.level == "turn" and f.needs == ("entropy",) and FILTERS["starpo_s"].level == "rollout"
+    out = f(batch)                                                          # u = [[.9, .8]]: |diff| .1 < .3 stalls
+    assert out.keep.tolist() == [[True, False]] * 2 and out.counts == {"resample_turns": 2, "valid_turns": 4}
+    assert f(batch, eta=0.05).keep.all()                                    # .1 > eta: the turn moved
+
+
+def test_turn_uncertainty_is_the_signal_the_rollout_resamples_on():
+    core = make_core("gridworld", 8, seed=0, map_name="4x4", max_turns=6)
+    codec = ToyCodec.for_core(core, think_max=2)
+    policy = make_policy("tiny", codec.size, seed=0)
+    tasks = core.sample_tasks(np.random.default_rng(0), 8)
+    ro = rollout(policy, core, tasks, np.arange(8), codec=codec, generator=torch.Generator().manual_seed(0))
+    b = ro.batch
+    u = turn_uncertainty(b.entropy, b.policy_mask, b.turn_id, b.H)
+    want = torch.zeros(b.B, b.H)
+    for i, ep in enumerate(ro.episodes):
+        for k, t in enumerate(ep.turns):
+            want[i, k] = t.u
+    assert torch.allclose(u, want, atol=1e-6)

@@ -127,3 +127,47 @@ def test_demo_runs(tmp_path):
     summary = run_demo(out=str(tmp_path / "demo.png"), steps=2, seeds=1, workers=1, progress=False)
     assert set(summary) == {"unmasked", "masked"} and (tmp_path / "demo.png").stat().st_size > 1000
     assert all(0.0 <= s["final_success"] <= 1.0 and s["peak_obs_token_rate"] >= 0.0 for s in summary.values())
+
+
+@pytest.mark.filterwarnings("ignore:zero reward variance")
+@pytest.mark.parametrize("epochs, minibatches", [(1, 1), (2, 2)])
+def test_row_loss_stats_pool_every_minibatch_and_epoch(epochs, minibatches):
+    """The row's loss statistics span all ppo_epochs x minibatches loss evaluations (token-weighted means,
+    max / min of the extremes); with one of each they are that evaluation's figures exactly."""
+    t = Trainer(TrainConfig(env="bandit_chain", env_kwargs={"layout_seed": 0}, steps=1, ppo_epochs=epochs,
+                            minibatches=minibatches, prompts_per_step=2, group_size=4, lr=1e-2, entropy_coef=0.05,
+                            progress=False))                                  # the entropy bonus: the policy moves
+    seen, inner = [], t.minibatch_loss
+
+    def spy(*args):
+        loss, info = inner(*args)
+        seen.append((loss.item(), {k: v.detach().clone() for k, v in info.items() if torch.is_tensor(v)}))
+        return loss, info
+
+    t.minibatch_loss = spy
+    row = t.step()
+    assert len(seen) == epochs * minibatches
+    n = np.array([float(i["n_tokens"]) for _, i in seen])
+    wmean = lambda key: float(np.dot(n, [float(i[key]) for _, i in seen]) / n.sum())   # noqa: E731
+    if epochs == minibatches == 1:
+        loss, info = seen[0]
+        assert row["loss"] == loss
+        for k in ("loss_pg", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_min", "ratio_max", "ratio_mean",
+                  "approx_kl", "ppo_kl"):
+            assert row[k] == float(info[k]), k
+        for k in ("clip_frac_turn", "ratio_max_turn", "ratio_min_turn", "approx_kl_turn", "tokens_turn"):
+            assert row[k] == [float(v) for v in info[k]], k
+        return
+    assert len({round(float(i["approx_kl"]), 12) for _, i in seen}) > 1              # the evaluations differ
+    assert row["loss"] == pytest.approx(np.dot(n, [loss for loss, _ in seen]) / n.sum(), rel=1e-6)
+    for k in ("clip_frac", "approx_kl", "ratio_mean", "loss_pg"):
+        assert row[k] == pytest.approx(wmean(k), rel=1e-6, abs=1e-9), k
+    has = n > 0
+    assert row["ratio_max"] == pytest.approx(max(float(i["ratio_max"]) for (_, i), h in zip(seen, has) if h))
+    assert row["ratio_min"] == pytest.approx(min(float(i["ratio_min"]) for (_, i), h in zip(seen, has) if h))
+    per_pass = sum(i["tokens_turn"].double() for _, i in seen) / epochs
+    assert row["tokens_turn"] == per_pass.tolist()
+    nt = torch.stack([i["tokens_turn"].double() for _, i in seen])                   # (N, H)
+    kl_t = torch.stack([i["approx_kl_turn"].double() for _, i in seen])
+    want = torch.where(nt.sum(0) > 0, (nt * kl_t).sum(0) / nt.sum(0).clamp(min=1), kl_t.mean(0))
+    assert row["approx_kl_turn"] == pytest.approx(want.tolist(), rel=1e-6, abs=1e-9)

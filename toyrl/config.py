@@ -18,7 +18,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .credit import ESTIMATORS
+from .credit import ESTIMATORS, NEEDS
 from .envs import ENVS, make_core
 from .filters import FILTERS, loop_abs_adv, starpo_s, t2po_resample, void_turn, zero_variance
 from .objectives import CLIP_SCHEMES
@@ -27,7 +27,7 @@ from .policies.toy import PRESETS
 from .rollout import CONTEXTS
 from .tree import STRATEGIES, tree_rollout
 
-__all__ = ["TrainConfig", "RANGES", "KWARG_RANGES", "check_kwargs", "keywords", "in_interval"]
+__all__ = ["TrainConfig", "RANGES", "KWARG_RANGES", "check_kwargs", "keywords", "in_interval", "envs_providing"]
 
 
 @dataclass
@@ -123,7 +123,8 @@ class TrainConfig:
     tree_kwargs: dict = field(default_factory=dict)
     """tree_rollout arguments, e.g. {"n_init": 4, "branch": 4, "tau": 0.5, "beta": 0.2}"""
     critic: Optional[bool] = None
-    """fit a turn-level value critic on the policy's hidden states (None: when the estimator needs values)"""
+    """fit a turn-level value critic on the policy's hidden states (None: when a method declares the need
+    "values", see toyrl.credit.NEEDS; the other learned models follow their methods' needs)"""
     critic_lr: float = 1e-2
     """critic learning rate"""
     critic_gamma: float = 1.0
@@ -153,6 +154,7 @@ class TrainConfig:
             if not (_is_number(v, kind) and in_interval(v, interval)):
                 raise ValueError(f"{name} must be {_kind(kind())} in {interval}, got {v!r}")
         self._check_kwargs()
+        self._check_needs()
         if self.minibatches > self.group_size * self.prompts_per_step:
             raise ValueError(f"minibatches must be <= the batch size group_size * prompts_per_step = "
                              f"{self.group_size * self.prompts_per_step}, got {self.minibatches}")
@@ -182,6 +184,31 @@ class TrainConfig:
             raise ValueError(f"unknown rollout {self.rollout!r}; valid: independent, {', '.join(STRATEGIES)}")
         if self.recompute not in ("matched", "flat"):
             raise ValueError(f"recompute must be matched or flat, got {self.recompute!r}")
+
+    def methods(self) -> list:
+        """[(kind, name, needs)] of the run's estimator, clip scheme and filters (names already checked)."""
+        return ([("estimator", self.estimator, ESTIMATORS[self.estimator].needs),
+                 ("clip", self.clip, CLIP_SCHEMES[self.clip].needs)]
+                + [("filter", f, FILTERS[f].needs) for f in self.filters])
+
+    def _check_needs(self) -> None:
+        """A one-line ValueError for the first method whose declared need (``toyrl.credit.NEEDS``) this run
+        cannot provide: nothing builds it yet, the env's core lacks the method it reads, or critic=False."""
+        core_cls = ENVS[self.env][1]
+        for kind, name, needs in self.methods():
+            for n in needs:
+                need = NEEDS[n]
+                what = f"{need.short} ({n})" if need.short else n
+                if not need.built:
+                    raise ValueError(f"{kind} {name!r} needs {what}; none is built yet, so choose another {kind}")
+                if need.env_method and not hasattr(core_cls, need.env_method):
+                    ok = envs_providing([n])
+                    fix = f"use env={ok[0]!r} (--env {ok[0]})" if ok else "no registered env provides it"
+                    raise ValueError(f"{kind} {name!r} needs {what}, which env {self.env!r} cannot provide (its core "
+                                     f"has no {need.env_method}()); {fix}")
+                if n in ("values", "token_values") and self.critic is False:
+                    raise ValueError(f"{kind} {name!r} needs a value critic ({n}) but critic=False turns it off; "
+                                     f"set critic to None or True (--critic none)")
 
     def _check_kwargs(self) -> None:
         est, scheme = ESTIMATORS[self.estimator], CLIP_SCHEMES[self.clip]
@@ -237,6 +264,14 @@ TREE_SET = ("codec", "group_size", "strategy", "rng", "sampling", "policy_versio
 """tree_rollout arguments the Trainer sets itself (its own sampling, so tree_rollout's **sampling_kw never apply)"""
 
 
+def envs_providing(needs) -> list:
+    """Names of the registered envs (``ENVS`` order) whose core has every env method ``needs`` read
+    (``NEEDS[n].env_method``). Example: envs_providing(["info_gain"]) -> ["mock_search"];
+    envs_providing([]) -> every env."""
+    methods = [NEEDS[n].env_method for n in needs if NEEDS[n].env_method]
+    return [e for e, (_, cls) in ENVS.items() if all(hasattr(cls, m) for m in methods)]
+
+
 def in_interval(v, interval: str) -> bool:
     """True if the number ``v`` lies in ``interval`` ("(" / ")" exclude the bound):
     in_interval(1, "(0, 1]") -> True, in_interval(0, "(0, 1]") -> False."""
@@ -285,8 +320,8 @@ def keywords(fn, drop=(), closed: bool = False):
 
 def filter_keywords(name: str):
     """The keywords of filter ``name``: its FILTERS entry's own plus those of the function it calls."""
-    own = keywords(FILTERS[name], drop=("batch",), closed=True)
-    if keywords(FILTERS[name]) is not None:
+    own = keywords(FILTERS[name].fn, drop=("batch",), closed=True)
+    if keywords(FILTERS[name].fn) is not None:
         return own
     return None if name not in FILTER_FUNCTIONS else {**own, **keywords(FILTER_FUNCTIONS[name])}
 

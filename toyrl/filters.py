@@ -10,24 +10,30 @@ Dimension legend: B rollouts, H turns, S groups.
 
 A filter masks the *loss*; it does not remove the rollouts from reward / advantage statistics
 (SimpleTIR keeps void trajectories in the group baseline). Apply the mask as
-``loss_mask & keep[:, None]``. ``FILTERS[name](batch, **kw)`` runs a filter on a ``TurnBatch``.
+``loss_mask & keep[:, None]`` (a turn-level filter's (B, H) keep: ``loss_mask & turn_to_token(keep)``).
+``FILTERS[name](batch, **kw)`` runs a filter on a ``TurnBatch``; ``FILTERS[name].level`` and
+``.needs`` say what it returns and reads.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
+from .batch import token_to_turn
+from .credit.needs import check_needs
 from .segments import dense_index, segment_count, segment_std, segment_sum
 
-__all__ = ["FilterResult", "group_reward_std", "zero_variance", "starpo_s", "void_turn", "loop_abs_adv",
-           "leave_one_out", "t2po_resample", "FILTERS"]
+__all__ = ["FilterResult", "Filter", "group_reward_std", "zero_variance", "starpo_s", "void_turn", "loop_abs_adv",
+           "leave_one_out", "t2po_resample", "turn_uncertainty", "FILTERS"]
 
 
 @dataclass
 class FilterResult:
     keep: torch.Tensor
-    """(B,) bool keep mask over rollouts ((B, H) for t2po_resample: True = resample the turn)."""
+    """(B,) bool keep mask over rollouts; (B, H) for the function ``t2po_resample`` (True = resample the
+    turn) and for turn-level ``FILTERS`` entries (True = the turn stays in the loss)."""
     counts: dict = field(default_factory=dict)
     """integers for the run log, e.g. {"groups": 8, "kept_groups": 2, "kept": 32}."""
 
@@ -141,20 +147,64 @@ def t2po_resample(u: torch.Tensor, turn_mask: torch.Tensor, *, eta: float = 0.3)
     return FilterResult(res, {"resample_turns": int(res.sum()), "valid_turns": int(turn_mask.sum())})
 
 
+def turn_uncertainty(entropy: torch.Tensor, policy_mask: torch.Tensor, turn_id: torch.Tensor, H: int) -> torch.Tensor:
+    """T2PO's turn uncertainty u_{i,k}: the mean entropy of the turn's sampled tokens -> (B, H).
+
+    The rollout's resampling reads the same number (``rollout.Draft.u``): written tokens (the
+    grammar's END, an intervention's cut) are not in ``policy_mask`` and do not count. A turn with no
+    sampled token gets 0. Example: entropy [[.2, .4, 9., .6]], policy [[T, T, F, T]], turn_id
+    [[0, 0, 0, 1]] -> [[.3, .6]].
+    """
+    return token_to_turn(entropy.float(), turn_id, H, "mean", policy_mask.bool())
+
+
 def _uncertainty(batch, u):
-    if u is None and batch.turn_signal is None:
-        raise ValueError("t2po_resample needs u (B, H), the per-turn uncertainty (or batch.turn_signal)")
-    return batch.turn_signal if u is None else u
+    if u is not None:
+        return u
+    if batch.entropy is None:
+        raise ValueError("t2po_resample needs u (B, H), the per-turn uncertainty, or TurnBatch.entropy to take "
+                         "it from (the mean entropy of each turn's sampled tokens)")
+    return turn_uncertainty(batch.entropy, batch.policy_mask, batch.turn_id, batch.H)
+
+
+def _t2po_keep(batch, u=None, **kw) -> FilterResult:
+    """The turns ``t2po_resample`` would regenerate leave the loss: keep (B, H) = not resample."""
+    res = t2po_resample(_uncertainty(batch, u), batch.turn_mask, **kw)
+    return FilterResult(~res.keep, res.counts)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A registered filter: ``f(batch, **kw) -> FilterResult`` with its ``level`` and ``needs``."""
+
+    fn: Callable
+    """``fn(batch, **kw) -> FilterResult``"""
+    level: str = "rollout"
+    """rollout: ``keep`` is (B,), a rollout's loss is kept or masked; turn: ``keep`` is (B, H), per turn"""
+    needs: tuple = ()
+    """what it reads besides rewards and group ids, words of ``toyrl.credit.NEEDS``"""
+
+    def __post_init__(self):
+        if self.level not in ("rollout", "turn"):
+            raise ValueError(f"filter level must be 'rollout' or 'turn', got {self.level!r}")
+        object.__setattr__(self, "needs", check_needs(self.needs, "filter"))
+
+    def __call__(self, batch, **kw) -> FilterResult:
+        return self.fn(batch, **kw)
 
 
 FILTERS = {
-    "zero_variance": lambda batch, **kw: zero_variance(batch.outcome(), batch.group, **kw),
-    "starpo_s": lambda batch, **kw: starpo_s(batch.outcome(), batch.group, **kw),
-    "void_turn": lambda batch, **kw: void_turn(
-        batch.void_turn if batch.void_turn is not None else torch.zeros_like(batch.turn_mask), batch.turn_mask, **kw),
-    "loop_abs_adv": lambda batch, adv=None, **kw: loop_abs_adv(
-        leave_one_out(batch.outcome(), batch.group) if adv is None else adv, **kw),
-    "t2po_resample": lambda batch, u=None, **kw: t2po_resample(_uncertainty(batch, u), batch.turn_mask, **kw),
+    "zero_variance": Filter(lambda batch, **kw: zero_variance(batch.outcome(), batch.group, **kw)),
+    "starpo_s": Filter(lambda batch, **kw: starpo_s(batch.outcome(), batch.group, **kw)),
+    "void_turn": Filter(lambda batch, **kw: void_turn(
+        batch.void_turn if batch.void_turn is not None else torch.zeros_like(batch.turn_mask), batch.turn_mask, **kw)),
+    "loop_abs_adv": Filter(lambda batch, adv=None, **kw: loop_abs_adv(
+        leave_one_out(batch.outcome(), batch.group) if adv is None else adv, **kw)),
+    "t2po_resample": Filter(_t2po_keep, level="turn", needs=("entropy",)),
 }
-"""name -> callable(batch: TurnBatch, **kw) -> FilterResult. loop_abs_adv defaults to the leave-one-out
-advantage of the outcome; t2po_resample needs ``u`` (B, H) (default: batch.turn_signal)."""
+"""name -> Filter(batch: TurnBatch, **kw) -> FilterResult whose ``keep`` is True where the loss stays.
+loop_abs_adv defaults to the leave-one-out advantage of the outcome. t2po_resample is turn-level: its
+``keep`` (B, H) is False on the turns T2PO would regenerate, with u (B, H) defaulting to each turn's
+mean sampled-token entropy (``turn_uncertainty``), the signal the rollout's ``t2po_eta`` resampling
+reads: the turns still stalled after the rollout's retries (or, with resampling off, every turn it
+would have regenerated) give no gradient."""

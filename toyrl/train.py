@@ -23,7 +23,7 @@ import copy
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -31,12 +31,12 @@ import torch
 
 from .config import TrainConfig
 from .credit import ESTIMATORS, warn_group_size, warn_zero_variance
-from .credit.critics import TurnCritic, value_loss
+from .credit_models import CreditModels, policy_features
 from .demos import DEMO_CONFIGS, ScriptedPolicy, bc_loss, expert_actions, load_demos, replay_chooser
-from .diagnostics import stability_report
+from .diagnostics import pool_loss_stats, stability_report
 from .envs import make_core
 from .filters import FILTERS
-from .objectives import loss_mask, policy_loss
+from .objectives import CLIP_SCHEMES, loss_mask, policy_loss
 from .policies.factory import build_policy
 from .policies.limits import check_context, resolve_context
 from .rollout import Rollout, Sampling, recompute_logp, rollout
@@ -44,9 +44,7 @@ from .runlog import RunLog
 from .toycodec import ThinkingIntervention
 from .tree import tree_rollout
 
-__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "CRITIC_ESTIMATORS", "check_context"]
-
-CRITIC_ESTIMATORS = ("gae", "turn_gae", "bilevel_gae")
+__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "check_context"]
 
 
 @dataclass
@@ -64,6 +62,8 @@ class Prepared:
     ref_logp: Optional[torch.Tensor]
     logs: dict
     """filter counts and critic statistics for the row"""
+    clip_inputs: dict = field(default_factory=dict)
+    """per-rollout keyword inputs of the clip scheme, e.g. a2tgpo's z (B, H); sliced with each minibatch"""
 
 
 def _sampling(cfg: TrainConfig, generator) -> Sampling:
@@ -99,8 +99,9 @@ class Trainer:
         self.behaviour = copy.deepcopy(self.policy) if cfg.staleness else self.policy
         self.step_idx = 0
         self.log = RunLog(log_path, asdict(cfg))
-        self.use_critic = cfg.critic if cfg.critic is not None else cfg.estimator in CRITIC_ESTIMATORS
-        self.critic = self.critic_opt = None                     # built on first use, sized to the hidden states
+        self.needs = {n for _, _, needs in cfg.methods() for n in needs}   # toyrl.credit.NEEDS words
+        self.use_critic = cfg.critic if cfg.critic is not None else bool(self.needs & {"values", "token_values"})
+        self.models = CreditModels(cfg.critic_lr, cfg.critic_gamma, cfg.env, self.env_kwargs, cfg.seed)   # lazily built
         self.eval_set = None                                     # (core, tasks, generator), built on first use
 
     # ---- data --------------------------------------------------------------------------------
@@ -118,43 +119,30 @@ class Trainer:
         return rollout(policy or self.policy, self.core, tasks, group, codec=self.codec, sampling=s,
                        policy_version=version)
 
-    def critic_features(self, ro) -> tuple[torch.Tensor, torch.Tensor]:
-        """Detached policy hidden states (B, T, d) and, per turn, the state the turn was taken in
-        (the hidden state of the token just before the turn's first policy token) (B, H, d)."""
-        b = ro.batch
-        with torch.no_grad():
-            hid = self.policy.hidden(b.tokens, b.turn_id >= 0)                        # (B, T, d)
-        pos = torch.arange(b.T, device=self.device).expand(b.B, b.T).float()
-        first = b.token_to_turn(pos, "min").long().clamp(min=1) - 1                    # (B, H)
-        turn_h = hid.gather(1, first[..., None].expand(-1, -1, hid.shape[-1]))          # (B, H, d)
-        return hid, turn_h
+    def critic_features(self, ro) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Detached policy hidden states (B, T, d), the state of each turn (B, H, d) and its action (B, H, d)
+        (``credit_models.policy_features``): the features of every learned credit model."""
+        return policy_features(self.policy, ro.batch)
 
-    def fit_critic(self, ro) -> dict:
-        """Values for the batch (before the update) and one critic step on Monte Carlo return targets."""
-        b = ro.batch
-        hid, turn_h = self.critic_features(ro)
-        if self.critic is None:
-            self.critic = TurnCritic(hid.shape[-1]).to(self.device)
-            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.cfg.critic_lr)
-        values = self.critic(turn_h)                                                    # (B, H)
-        loss = value_loss(values, b.returns(self.cfg.critic_gamma), b.turn_mask)
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_opt.step()
-        with torch.no_grad():
-            token_values = self.critic(hid)                                             # (B, T)
-        ro.batch = b.replace(values=values.detach())
-        return {"critic_loss": loss.item(), "token_values": token_values}
+    def provide(self, ro) -> dict:
+        """Every input the run's methods declare (``self.needs``, words of ``toyrl.credit.NEEDS``), fitted or
+        measured on this batch (``credit_models.CreditModels.provide``) -> {"estimator": keywords, "clip":
+        keywords, "logs": run-log figures}; batch fields (values, info_gain, privileged) set on ``ro.batch``."""
+        cfg, mine = self.cfg, ESTIMATORS[self.cfg.estimator].needs
+        got = self.models.provide(ro, self.needs, mine, policy=self.policy, codec=self.codec, values=self.use_critic,
+                                  z="info_gain" in CLIP_SCHEMES[cfg.clip].needs and "z" not in cfg.clip_kwargs)
+        if "greedy_baseline" in mine and "baseline_reward" not in cfg.estimator_kwargs:   # ReMax: one greedy episode
+            got["estimator"]["baseline_reward"] = self.sample(greedy=True, tasks=ro.tasks).batch.outcome()
+        return got
 
-    def advantages(self, ro, token_values=None) -> torch.Tensor:
-        """Token-level advantages (B, T) from the configured estimator (turn values reach observation tokens too)."""
-        est, kw = ESTIMATORS[self.cfg.estimator], dict(self.cfg.estimator_kwargs)
-        if token_values is not None and self.cfg.estimator in ("gae", "bilevel_gae"):
-            kw.setdefault("token_values", token_values)
-        if self.cfg.estimator == "remax" and "baseline_reward" not in kw:
-            greedy = self.sample(greedy=True, tasks=ro.tasks)   # ReMax: one greedy episode per task
-            kw["baseline_reward"] = greedy.batch.outcome()
-        adv = est(ro.batch, **kw)
+    def advantages(self, ro, provided: Optional[dict] = None) -> torch.Tensor:
+        """Token-level advantages (B, T) from the configured estimator (turn values reach observation tokens too),
+        called with the keywords its declared needs were provided as (``provide(ro)["estimator"]``; None: provide
+        them now) and the config's ``estimator_kwargs`` (which win)."""
+        est = ESTIMATORS[self.cfg.estimator]
+        if provided is None:
+            provided = self.provide(ro)["estimator"] if est.needs else {}
+        adv = est(ro.batch, **{**provided, **self.cfg.estimator_kwargs})
         return ro.batch.turn_to_token(adv) if est.level == "turn" else adv
 
     # ---- behaviour cloning ---------------------------------------------------------------------
@@ -197,17 +185,23 @@ class Trainer:
         return self.sample(self.behaviour)
 
     def prepare(self, ro: Rollout) -> Prepared:
-        """Critic step, advantages, filters, and the behaviour / reference log-probs of the batch."""
+        """What the methods need (``provide``), advantages, filters, and the behaviour / reference log-probs."""
         cfg = self.cfg
-        crit = self.fit_critic(ro) if self.use_critic else {}
+        got = self.provide(ro)
         b = ro.batch
-        adv = self.advantages(ro, crit.pop("token_values", None))
-        keep, logs = torch.ones(b.B, dtype=torch.bool, device=self.device), dict(crit)
+        adv = self.advantages(ro, got["estimator"])
+        keep, logs = torch.ones(b.B, dtype=torch.bool, device=self.device), dict(got["logs"])
+        turn_keep = torch.ones_like(b.turn_mask)                 # (B, H) turn-level filters (t2po_resample)
         for name in cfg.filters:
             res = FILTERS[name](b, **cfg.filter_kwargs.get(name, {}))
-            keep &= res.keep.to(self.device)
+            if FILTERS[name].level == "turn":
+                turn_keep &= res.keep.to(self.device)
+            else:
+                keep &= res.keep.to(self.device)
             logs.update({f"filter_{name}_{k}": v for k, v in res.counts.items()})
         lmask = loss_mask(b.policy_mask, b.turn_id, cfg.mask_env_tokens) & keep[:, None]
+        if not bool(turn_keep.all()):
+            lmask &= b.turn_to_token(turn_keep.float(), fill=1.0) > 0.5
         old_logp, ref_logp = b.old_logp, None
         with torch.no_grad():
             if not cfg.mask_env_tokens:                          # env tokens were never sampled: score them once
@@ -217,7 +211,7 @@ class Trainer:
                 if self.ref is None:
                     self.ref = copy.deepcopy(self.policy).eval()
                 ref_logp, _ = recompute_logp(self.ref, ro, "matched")
-        return Prepared(adv, lmask, keep, old_logp, ref_logp, logs)
+        return Prepared(adv, lmask, keep, old_logp, ref_logp, logs, got["clip"])
 
     def minibatch_loss(self, ro: Rollout, prep: Prepared, rows: Optional[torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Recompute log-probs of ``rows`` (None: all) and their policy loss (+ entropy bonus)."""
@@ -227,7 +221,8 @@ class Trainer:
         logp, ent = recompute_logp(self.policy, sub, cfg.recompute, env_tokens=not cfg.mask_env_tokens)
         ref = pick(prep.ref_logp)
         loss, info = policy_loss(logp, pick(prep.old_logp), pick(prep.adv), pick(prep.lmask), sub.batch.turn_id,
-                                 ratio=cfg.ratio, clip=cfg.clip, clip_kwargs=cfg.clip_kwargs, agg=cfg.agg,
+                                 ratio=cfg.ratio, clip=cfg.clip, agg=cfg.agg,
+                                 clip_kwargs={**cfg.clip_kwargs, **{k: pick(v) for k, v in prep.clip_inputs.items()}},
                                  ref_logp=ref, kl=cfg.kl if ref is not None else None, kl_coef=cfg.kl_coef,
                                  H=sub.batch.H, adv_level="token")
         if cfg.entropy_coef:
@@ -236,11 +231,12 @@ class Trainer:
         return loss, info
 
     def update(self, ro: Rollout, prep: Prepared) -> dict:
-        """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer updates."""
+        """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer updates. ``loss`` and ``info``
+        pool the loss statistics of all of them (``pool_loss_stats``: token-weighted means, min / max of extremes)."""
         cfg, B = self.cfg, ro.batch.B
         behaviour_version = ro.batch.policy_version[0].item() if ro.batch.policy_version is not None else self.version
         self.policy.train()
-        out = {"lags": [], "grad_norms": [], "ratio_min": [], "ratio_max": [], "t_fwd": 0.0, "t_bwd": 0.0}
+        out, stats = {"lags": [], "grad_norms": [], "t_fwd": 0.0, "t_bwd": 0.0}, []
         for _ in range(cfg.ppo_epochs):
             order = self.mb_rng.permutation(B) if cfg.minibatches > 1 else np.arange(B)
             for chunk in np.array_split(order, cfg.minibatches):
@@ -258,9 +254,10 @@ class Trainer:
                     self.version += 1
                 out["t_fwd"], out["t_bwd"] = out["t_fwd"] + tb - ta, out["t_bwd"] + time.perf_counter() - tb
                 out["grad_norms"].append(norm.item())
-                out["ratio_min"].append(float(info["ratio_min"]))
-                out["ratio_max"].append(float(info["ratio_max"]))
-        out.update(loss=loss, info=info)
+                stats.append({"loss": loss.detach(), **{k: v for k, v in info.items()      # scalars and (H,) lists
+                                                        if torch.is_tensor(v) and v.dim() <= 1}})
+        info = pool_loss_stats(stats, passes=cfg.ppo_epochs)     # every minibatch of every epoch, token-weighted
+        out.update(loss=info["loss"], info=info)
         return out
 
     def step(self) -> dict:
@@ -288,7 +285,7 @@ class Trainer:
         row.update({
             "reward_mean": b.outcome().mean().item(), "success_rate": ro.success.float().mean().item(),
             "loss": upd["loss"].item(), "grad_norm": max(upd["grad_norms"]), "grad_norm_mean": float(np.mean(upd["grad_norms"])),
-            "ratio_min": min(upd["ratio_min"]), "ratio_max": max(upd["ratio_max"]),
+            "ratio_min": info["ratio_min"].item(), "ratio_max": info["ratio_max"].item(),
             "policy_lag_mean": float(np.mean(upd["lags"])), "policy_lag_max": int(max(upd["lags"])),
             "kept_frac": prep.keep.float().mean().item(),
             "adv_abs_mean": prep.adv[lm].abs().mean().item() if lm.any() else 0.0,

@@ -13,7 +13,10 @@ learned models), ``tree`` (Tree-GRPO), ``reverse_turn`` (RTPO), ``progress`` (SP
 defaults and an example. Shared moves: ``base`` (shape checks, group normalization, turn placement)
 and ``scan`` (pack the policy tokens, discounted scan, unpack).
 ``REFERENCE[name](batch, **kw)`` is the same estimator written as plain loops (``reference.py``).
+``ESTIMATORS[name].needs`` lists what an estimator reads besides rewards and group ids, in the
+vocabulary of ``NEEDS`` (``needs.py``); ``fit.py`` holds the one-step fits of the learned models.
 """
+from .needs import NEEDS, Need, check_needs
 from .registry import ESTIMATORS, Estimator, register_estimator, token_advantages, warn_group_size, warn_zero_variance
 from .outcome import dr_grpo, gpg, grpo, grpo_passk, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo
 from .gae import bilevel_gae, gae, gae_scan, turn_gae
@@ -31,7 +34,7 @@ from .reference import REFERENCE
 
 __all__ = [
     "ESTIMATORS", "Estimator", "register_estimator", "token_advantages", "REFERENCE", "warn_group_size",
-    "warn_zero_variance",
+    "warn_zero_variance", "NEEDS", "Need", "check_needs",
     "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "opo", "gpg",
     "grpo_passk",
     "gae", "gae_scan", "turn_gae", "bilevel_gae", "gigpo", "anchor_index", "similarity_keys", "mt_grpo",

@@ -176,7 +176,7 @@ def sweet(critic_logp: torch.Tensor, ref_logp: torch.Tensor, turn_id: torch.Tens
     return token_to_turn(critic_logp - ref_logp, turn_id, H, "mean", policy_mask)
 
 
-@register_estimator("archer", level="turn")
+@register_estimator("archer", level="turn", needs=("double_critic",))
 def _archer(batch, *, q=None, v=None):
     """ArCHer: min double-Q minus min double-V of an utterance-level critic (keywords q, v: (B, H[, 2]))."""
     if q is None or v is None:
@@ -185,7 +185,7 @@ def _archer(batch, *, q=None, v=None):
     return archer(q, v, batch.turn_mask)
 
 
-@register_estimator("sweet", level="turn")
+@register_estimator("sweet", level="turn", needs=("privileged_critic",))
 def _sweet(batch, *, critic_adv=None, critic_logp=None):
     """SWEET-RL: turn advantages from a privileged critic (keyword critic_adv (B, H) or critic_logp (B, T))."""
     if critic_adv is not None:

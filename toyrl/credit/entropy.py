@@ -53,7 +53,7 @@ def empg(adv: torch.Tensor, turn_entropy: torch.Tensor, turn_mask: torch.Tensor,
     return A * m
 
 
-@register_estimator("empg", level="turn")
+@register_estimator("empg", level="turn", needs=("entropy",))
 def _empg(batch, *, kappa: float = 1.0, kappa_f: float = 1.0, zeta: float = 0.1, base_adv=None):
     """EMPG: entropy-modulated GRPO (or base_adv) with a next-turn confidence bonus (batch.entropy)."""
     ent = need(batch, "entropy", "empg", " (per-token entropies (B, T))")

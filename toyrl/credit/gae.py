@@ -151,7 +151,7 @@ def _token_values(batch, token_values, name):
     return batch.turn_to_token(need(batch, "values", name, " (or pass token_values=(B, T))"))
 
 
-@register_estimator("gae", level="token")
+@register_estimator("gae", level="token", needs=("values", "token_values"))
 def _gae(batch, *, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, token_values=None):
     """PPO token GAE with verl's skip over observation tokens (values: token_values or batch.values per turn)."""
     r = place_at_turn_end(batch.turn_reward * batch.turn_mask, batch.turn_id, batch.policy_mask)
@@ -159,14 +159,14 @@ def _gae(batch, *, gamma: float = 1.0, lam: float = 1.0, whiten: bool = True, to
                whiten=whiten)[0]
 
 
-@register_estimator("turn_gae", level="turn")
+@register_estimator("turn_gae", level="turn", needs=("values",))
 def _turn_gae(batch, *, gamma: float = 0.99, lam: float = 0.9, last_value=None, whiten: bool = False):
     """Turn-PPO: GAE over turns with the per-turn critic values batch.values."""
     return turn_gae(batch.turn_reward, need(batch, "values", "turn_gae"), batch.turn_mask, gamma=gamma,
                     lam=lam, last_value=last_value, whiten=whiten)[0]
 
 
-@register_estimator("bilevel_gae", level="token")
+@register_estimator("bilevel_gae", level="token", needs=("values", "token_values"))
 def _bilevel_gae(batch, *, gamma_turn: float = 0.95, lam_turn: float = 1.0, gamma_token: float = 1.0,
                  lam_token: float = 1.0, whiten: bool = True, token_values=None):
     """RAGEN bi-level GAE: turn-level GAE, then token-level GAE inside each turn."""

@@ -66,7 +66,7 @@ def a2tgpo_clip_eps(z: torch.Tensor, turn_mask: torch.Tensor, *, eps: float = 0.
     return eps * 2 * torch.sigmoid(z) * turn_mask.to(z.dtype)
 
 
-@register_estimator("a2tgpo", level="turn", grouped=True)
+@register_estimator("a2tgpo", level="turn", grouped=True, needs=("info_gain",))
 def _a2tgpo(batch, *, gamma: float = 1.0, ddof: int = 1, eps: float = 1e-6, outcome_last: bool = True):
     """A2TGPO: info gain z-scored per (prompt, turn index), accumulated to go / sqrt(#terms)."""
     ig = need(batch, "info_gain", "a2tgpo")

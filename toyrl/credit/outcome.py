@@ -239,7 +239,7 @@ def _reinforce_pp_baseline(batch):
     return reinforce_pp_baseline(_R(batch), batch.group, batch.policy_mask)
 
 
-@register_estimator("remax", level="turn")
+@register_estimator("remax", level="turn", needs=("greedy_baseline",))
 def _remax(batch, *, baseline_reward: Optional[torch.Tensor] = None):
     """ReMax: reward-to-go minus a greedy rollout's reward (keyword baseline_reward (B,))."""
     if baseline_reward is None:

@@ -52,7 +52,7 @@ def spa(progress: torch.Tensor, turn_mask: torch.Tensor, *, grounding: Optional[
     return masked_whiten(A, turn_mask) if whiten else A
 
 
-@register_estimator("spa", level="turn")
+@register_estimator("spa", level="turn", needs=("progress",))
 def _spa(batch, *, progress=None, alpha: float = 1.0, beta: float = 0.5, gamma: float = 1.0, whiten: bool = False):
     """SPA-RL: return-to-go of alpha * progress + beta * grounding (keyword progress (B, H); grounding = not void)."""
     if progress is None:

@@ -19,9 +19,10 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ..batch import NonFiniteError, check_finite
+from .needs import NEEDS, check_needs
 
 __all__ = ["Estimator", "ESTIMATORS", "register_estimator", "token_advantages", "need", "warn_group_size",
-           "warn_zero_variance", "ZERO_VAR_STEPS"]
+           "warn_zero_variance", "ZERO_VAR_STEPS", "NEEDS"]
 
 LEVELS = ("turn", "token")
 ZERO_VAR_STEPS = 10
@@ -29,11 +30,13 @@ ZERO_VAR_STEPS = 10
 
 
 class Estimator:
-    """A registered estimator: ``est(batch, **kw) -> Tensor`` with ``.name``, ``.level``, ``.doc`` and ``.grouped``
-    (its baseline is the group: a group of one rollout gets advantage 0)."""
+    """A registered estimator: ``est(batch, **kw) -> Tensor`` with ``.name``, ``.level``, ``.doc``, ``.grouped``
+    (its baseline is the group: a group of one rollout gets advantage 0) and ``.needs`` (its inputs besides
+    rewards and group ids, words of ``needs.NEEDS``)."""
 
-    def __init__(self, name: str, fn: Callable, level: str, doc: str, grouped: bool = False):
+    def __init__(self, name: str, fn: Callable, level: str, doc: str, grouped: bool = False, needs: tuple = ()):
         self.name, self.fn, self.level, self.doc, self.grouped = name, fn, level, doc, grouped
+        self.needs = check_needs(needs, f"estimator {name!r}")
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -51,26 +54,30 @@ class Estimator:
         return adv
 
     def __repr__(self) -> str:
-        return f"Estimator({self.name!r}, level={self.level!r}{', grouped' if self.grouped else ''}: {self.doc})"
+        needs = f", needs={self.needs}" if self.needs else ""
+        return f"Estimator({self.name!r}, level={self.level!r}{', grouped' if self.grouped else ''}{needs}: {self.doc})"
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def register_estimator(name: str, level: str = "turn", doc: Optional[str] = None, grouped: bool = False) -> Callable:
+def register_estimator(name: str, level: str = "turn", doc: Optional[str] = None, grouped: bool = False,
+                       needs: Sequence[str] = ()) -> Callable:
     """Decorator: register ``fn(batch, **kw) -> (B, H) or (B, T)`` under ``name``.
 
     ``level`` is "turn" (returns (B, H)) or "token" (returns (B, T)); ``doc`` defaults to the first
     line of the function's docstring; ``grouped`` says the baseline is the group, so that with one
-    rollout per group every advantage is 0 (the trainer warns on ``group_size=1``). Registering a
-    name again replaces the entry.
+    rollout per group every advantage is 0 (the trainer warns on ``group_size=1``); ``needs`` names
+    the inputs it reads besides rewards and group ids, words of ``NEEDS`` (e.g. ("values",)), which
+    the trainer provides. Registering a name again replaces the entry.
     """
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    needs = check_needs(needs, f"estimator {name!r}")
 
     def deco(fn: Callable) -> Estimator:
         line = doc or ((fn.__doc__ or name).strip().splitlines() or [name])[0]
-        est = Estimator(name, fn, level, line, grouped)
+        est = Estimator(name, fn, level, line, grouped, needs)
         ESTIMATORS[name] = est
         return est
 

@@ -49,7 +49,7 @@ def rtpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor
     return A.view(B, H) * turn_mask.to(turn_reward.dtype)
 
 
-@register_estimator("rtpo", level="turn", grouped=True)
+@register_estimator("rtpo", level="turn", grouped=True, needs=("node",))
 def _rtpo(batch, *, gamma: float = 1.0, norm: str = "mean", ddof: int = 1, eps: float = 1e-6):
     """RTPO: continuation return minus the mean over siblings sharing the turn k-1 node (batch.node)."""
     node = need(batch, "node", "rtpo", " (tree node ids (B, H); siblings at turn k share node[:, k-1])")

@@ -37,7 +37,7 @@ def tree_grpo(R: torch.Tensor, group: torch.Tensor, tree: torch.Tensor, *, ddof:
     return group_norm(R, ti, nT, ddof=ddof, eps=eps) + group_norm(R, gi, nG, ddof=ddof, eps=eps)
 
 
-@register_estimator("tree_grpo", level="turn", grouped=True)
+@register_estimator("tree_grpo", level="turn", grouped=True, needs=("node",))
 def _tree_grpo(batch, *, ddof: int = 1, eps: float = 1e-6):
     """Tree-GRPO: intra-tree + inter-tree GRPO of the leaf return (tree id = batch.node[:, 0])."""
     node = need(batch, "node", "tree_grpo", " (tree node ids (B, H); the tree id is node[:, 0])")

@@ -29,7 +29,10 @@ Several names share one function and differ only in defaults or ratio level (``c
 
 LOOP's bandit level is ``clip="loop", ratio="trajectory"``. Each entry names, explicitly, the
 context fields its function reads (``LossContext``) and its hyperparameters with their defaults;
-``policy_loss`` rejects any other keyword with a ``ValueError`` that lists these.
+``policy_loss`` rejects any other keyword with a ``ValueError`` that lists these. ``needs`` names, in
+the vocabulary of ``toyrl.credit.NEEDS``, what a trainer must provide: ``a2tgpo`` needs ``info_gain``
+(its ``z`` is the turn-group z-score of the information gain, ``credit.a2tgpo_z``), ``tis`` needs
+``rollout_logp`` (log-probs of a rollout engine that differs from the trainer).
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..credit.needs import check_needs
 from .clipping import Clip, a2tgpo, dual_clip, gmpo, loop, ppo, sorl, tis
 from .divergence import dppo_kl, dppo_tv
 from .ratios import pool as _pool
@@ -94,6 +98,11 @@ class Scheme:
     """every tunable keyword with this scheme's default (``REQUIRED``: the caller must give it)"""
     context: tuple = ()
     """the ``LossContext`` fields ``fn`` takes as keywords"""
+    needs: tuple = ()
+    """inputs a trainer must provide, words of ``toyrl.credit.NEEDS`` (e.g. ("info_gain",))"""
+
+    def __post_init__(self):
+        object.__setattr__(self, "needs", check_needs(self.needs, f"clip scheme {self.fn.__name__!r}"))
 
     def hyperparameters(self) -> dict:
         """Every tunable keyword with its default for this scheme (None: required)."""
@@ -128,9 +137,10 @@ CLIP_SCHEMES: dict[str, Scheme] = {
     "cispo": Scheme(cispo, hyper={"eps_low": 1.0, "eps_high": 0.28}, context=("logp",)),
     "sapo": Scheme(sapo, agg="seq-mean-token-mean", hyper={"tau_pos": 1.0, "tau_neg": 1.05}),
     "loop": Scheme(loop, agg="seq-mean-token-mean", hyper={"eps": 0.2}),
-    "a2tgpo": Scheme(a2tgpo, "turn", hyper={"z": REQUIRED, "eps": 0.2, "kappa": 0.5}, context=("turn_id",)),
+    "a2tgpo": Scheme(a2tgpo, "turn", hyper={"z": REQUIRED, "eps": 0.2, "kappa": 0.5}, context=("turn_id",),
+                     needs=("info_gain",)),
     "tis": Scheme(tis, hyper={**_EPS, "cap": 2.0, "tis_level": "token"},
-                  context=("old_logp", "rollout_logp", "mask", "turn_id")),
+                  context=("old_logp", "rollout_logp", "mask", "turn_id"), needs=("rollout_logp",)),
     "clip_cov": Scheme(clip_cov, hyper={**_EPS, **_COV}, context=("logp", "mask", "generator")),
     "kl_cov": Scheme(kl_cov, hyper={"kl_cov_ratio": 2e-4, "ppo_kl_coef": 1.0},
                      context=("logp", "mask", "token_log_ratio")),

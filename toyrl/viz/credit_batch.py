@@ -6,8 +6,8 @@ The batch comes from a *noisy expert* on a fixed GridWorld map: the BFS planner'
 probability 1 - eps, otherwise a random move (a wall bump or a detour) or, with probability p_void,
 a void turn. So we know which turns were useful (``toyrl.viz.credit`` draws and counts them).
 
-Some estimators need more than rewards; this module feeds each one something defined and says what
-(``ESTIMATOR_NEEDS``):
+Some estimators need more than rewards (``ESTIMATORS[name].needs``); this module feeds each need
+something defined (``NEED_SUPPLY``) and says what per estimator (``ESTIMATOR_NEEDS``):
 - values for gae / turn_gae / bilevel_gae: a tabular Monte Carlo fit V(s) = mean discounted
   return-to-go of the batch's turns in state s (``values="mc"``), or zeros (``values="zeros"``);
 - q, v for archer: the same tabular fit of Q(s, a) and V(s);
@@ -33,24 +33,39 @@ import numpy as np
 import torch
 
 from ..credit import ESTIMATORS
-from ..demos import ScriptedPolicy, _grid_distance, expert_actions
+from ..demos import ScriptedPolicy, expert_actions
 from ..envs import make_core
 from ..envs.core import VOID
-from ..envs.gridworld import HOLE, MAPS, map_to_array
+from ..envs.gridworld import HOLE, MAPS, goal_distance, map_to_array
 from ..rollout import Episode, ToyCodec, play, to_rollout
 from .setting import env_setting
 
-__all__ = ["CreditBatch", "make_credit_batch", "noisy_expert", "play_scripted", "ESTIMATOR_NEEDS",
-           "estimator_kwargs", "all_advantages", "turn_level"]
+__all__ = ["CreditBatch", "make_credit_batch", "noisy_expert", "play_scripted", "ESTIMATOR_NEEDS", "NEED_SUPPLY",
+           "estimator_needs", "estimator_kwargs", "all_advantages", "turn_level"]
 
-ESTIMATOR_NEEDS = {
-    "gae": "values (B, H): tabular Monte Carlo fit or zeros", "turn_gae": "values (B, H): tabular fit or zeros",
-    "bilevel_gae": "values (B, H): tabular fit or zeros", "archer": "q, v: tabular Monte Carlo Q(s, a), V(s)",
-    "remax": "baseline_reward (B,): outcome of the noiseless planner on the task",
-    "spa": "progress (B, H): privileged BFS progress c_k", "sweet": "critic_adv (B, H): privileged BFS progress c_k",
-    "a2tgpo": "info_gain (B, H): privileged BFS progress c_k", "tree_grpo": "node (B, H): implicit prefix tree",
-    "rtpo": "node (B, H): implicit prefix tree", "empg": "entropy (B, T): 0 under the scripted behaviour",
+NEED_SUPPLY = {
+    "values": "values (B, H): tabular Monte Carlo fit or zeros",
+    "token_values": "token_values: not given, the turn values reach each token of the turn",
+    "double_critic": "q, v: tabular Monte Carlo Q(s, a), V(s)",
+    "greedy_baseline": "baseline_reward (B,): outcome of the noiseless planner on the task",
+    "progress": "progress (B, H): privileged BFS progress c_k",
+    "privileged_critic": "critic_adv (B, H): privileged BFS progress c_k",
+    "info_gain": "info_gain (B, H): privileged BFS progress c_k",
+    "node": "node (B, H): implicit prefix tree",
+    "entropy": "entropy (B, T): 0 under the scripted behaviour",
 }
+"""how this module supplies each need of ``toyrl.credit.NEEDS`` an estimator can declare, on this batch"""
+
+
+def estimator_needs() -> dict:
+    """{name: what this module feeds it} for every registered estimator that declares needs
+    (``ESTIMATORS[name].needs``), read from the registry now; a need without a supply says so."""
+    return {name: "; ".join(NEED_SUPPLY.get(n, f"{n}: not supplied by this module") for n in est.needs)
+            for name, est in ESTIMATORS.items() if est.needs}
+
+
+ESTIMATOR_NEEDS = estimator_needs()
+"""``estimator_needs()`` at import: the keys are the registry's estimators with needs"""
 
 
 @dataclass
@@ -126,7 +141,7 @@ def make_credit_batch(group_size: int = 8, n_groups: int = 2, slip: float = 0.0,
     H = ro.batch.H
     tiles = map_to_array(MAPS[map_name])
     n = core.size
-    d_of = _grid_distance(tiles, n).astype(float)
+    d_of = goal_distance(tiles, n).astype(float)
     d_of[tiles == HOLE] = np.nan                                           # a hole: no distance
     cells = np.full((B, H + 1), -1, dtype=np.int64)
     actions = np.full((B, H), -2, dtype=np.int64)
@@ -205,10 +220,10 @@ def estimator_kwargs(cb: CreditBatch, name: str, *, gamma: float = 0.95, omega: 
         kw["gamma_turn"] = gamma
     if "omega" in params:
         kw["omega"] = omega
-    extra = {"remax": {"baseline_reward": torch.as_tensor(cb.greedy_R, dtype=torch.float32)},
-             "spa": {"progress": c}, "sweet": {"critic_adv": c},
-             "archer": {"q": Q, "v": V}}
-    kw.update(extra.get(name, {}))
+    supply = {"greedy_baseline": {"baseline_reward": torch.as_tensor(cb.greedy_R, dtype=torch.float32)},
+              "progress": {"progress": c}, "privileged_critic": {"critic_adv": c}, "double_critic": {"q": Q, "v": V}}
+    for need in ESTIMATORS[name].needs:                       # values, node, info_gain: set on the batch above
+        kw.update(supply.get(need, {}))
     return b, kw
 
 
