@@ -150,6 +150,21 @@ def test_echo_precompute_and_live(tmp_path):
         echo.echo_panel(seed=9, data_dir=tmp_path)
 
 
+def test_replay_divergence():
+    stored = {"a": [.1, .2, .3, np.nan], "b": [1.0, 1.0, 1.0, 1.0]}
+    keys = ("a", "b")
+    assert echo.replay_divergence({"a": [.1, .2, .5, np.nan], "b": [1.0] * 4}, stored, keys=keys) == 2   # docstring
+    assert echo.replay_divergence(stored, stored, keys=keys) is None                   # NaN equals NaN
+    assert echo.replay_divergence({"a": [.1, .2, .3, .4], "b": [1.0] * 4}, stored, keys=keys) == 3   # NaN vs number
+    assert echo.replay_divergence({"a": [.1, .2], "b": [1.0, 1.0005]}, stored, keys=keys) is None   # within atol
+    assert echo.replay_divergence({"a": [.1, .2], "b": [1.0, 1.0005]}, stored, keys=keys, atol=1e-4) == 1
+    assert echo.replay_divergence({"a": [.1, .2], "b": [1.002, 1.0]}, stored, keys=keys) == 0        # any column
+    with pytest.raises(ValueError, match="atol"):
+        echo.replay_divergence(stored, stored, keys=keys, atol=-1.0)
+    with pytest.raises(ValueError, match="keys"):
+        echo.replay_divergence(stored, stored, keys=())
+
+
 # ---- ratios (notebook 03) ------------------------------------------------------------------------
 def test_scaled_clip_kwargs():
     assert ratios.scaled_clip_kwargs("ppo", 2.0) == pytest.approx({"eps_low": 0.4, "eps_high": 0.4})

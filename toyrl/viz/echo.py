@@ -30,13 +30,14 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..claims.stability import COLLAPSE_BASE
+from ..results import atomic_write
 from ..runlog import RunLog, encode
 from ..train import TrainConfig, train
 from .plots import log_columns, mark_steps, new_figure, smooth
 
 __all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "freeze_step",
            "precompute", "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "ledger_tests",
-           "DATA_DIR", "LEDGER_DIR", "SETTING_NAME"]
+           "DATA_DIR", "LEDGER_DIR", "SETTING_NAME", "REPLAY_KEYS", "REPLAY_STEPS", "replay_divergence"]
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "echo_trap"
 LEDGER_DIR = Path(__file__).resolve().parents[2] / "data" / "claims"
@@ -135,22 +136,50 @@ def precompute(out_dir=DATA_DIR, variants: Sequence[str] = tuple(VARIANTS), seed
                steps: Optional[int] = None, grpo_seeds: Sequence[int] = (0, 1, 2, 3, 4, 5)) -> list[Path]:
     """Train every (variant, seed) and write ``out_dir/{variant}_s{seed}.jsonl`` (KEEP_KEYS only,
     the config on the first line as {"config": ...}); plain GRPO runs on ``grpo_seeds``, every other
-    variant on ``seeds``. Returns the paths. ``python -m toyrl.viz.echo`` writes the shipped set."""
+    variant on ``seeds``. Returns the paths. ``python -m toyrl.viz.echo`` writes the shipped set. Each file is
+    written whole once its run is done (``atomic_write``): an interrupted run leaves the previous file."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for v in variants:
         for seed in (grpo_seeds if v == "grpo" else seeds):
             cfg = echo_config(v, seed, steps)
             log = train(cfg)
-            path = out_dir / f"{v}_s{seed}.jsonl"
-            with open(path, "w") as f:
-                f.write(json.dumps(encode({"config": {k: val for k, val in asdict(cfg).items() if k != "progress"}}))
-                        + "\n")
-                for r in _slim(log.rows):
-                    f.write(json.dumps(encode(r)) + "\n")
-            paths.append(path)
+            head = {"config": {k: val for k, val in asdict(cfg).items() if k != "progress"}}
+            text = "".join(json.dumps(encode(r)) + "\n" for r in [head, *_slim(log.rows)])
+            paths.append(atomic_write(out_dir / f"{v}_s{seed}.jsonl", text.encode()))
     return paths
+
+
+#: the columns a retrained run must share with its stored copy (continuous ones, which move with any code change)
+REPLAY_KEYS = ("reward_mean", "reward_std", "zero_var_frac", "template_entropy", "entropy", "grad_norm")
+
+#: how many first steps a replay check asks to agree (see replay_divergence for the measurements behind it)
+REPLAY_STEPS = 2
+
+
+def replay_divergence(log, stored, *, keys: Sequence[str] = REPLAY_KEYS, atol: float = 1e-3) -> Optional[int]:
+    """The first step t at which a retrained run leaves its stored copy, max_k |log_k[t] - stored_k[t]| > atol
+    over the columns ``keys`` and the steps both have; None if they agree on all of them (NaN equals NaN).
+
+    Why a first step and not an exact match: float rounding differs between CPUs (vector width, thread count) by
+    about 1e-7 at step 0; this setting's optimizer (lr 3e-2, 4 PPO epochs, no clipping) amplifies it about tenfold
+    per step until a sampled token flips, and from then on the two runs are two samples of one process. Measured:
+    the 21 stored runs, retrained on AVX2 (one and two threads) and on non-vectorized kernels
+    (``ATEN_CPU_CAPABILITY=default``) against files made on another CPU, 63 replays: step 0 agreed in 63 (largest
+    gap 2e-5), steps 0-1 in 62 (the other: 4e-3 at step 1), steps 0-2 in 56; 16 of 63 lasted all 8 steps tried.
+    A changed lr (3e-2 -> 3.03e-2) or 3 PPO epochs instead of 4 left all 6 GRPO seeds by step 1 (gaps 2e-2 to 0.7).
+    So notebook 02 asks step 0 of every GRPO run and steps 0 to REPLAY_STEPS - 1 of all but two (of 6) to agree.
+
+    Example: reward_mean [.1, .2, .5] against stored [.1, .2, .3] (atol 1e-3) -> 2.
+    """
+    if not keys or atol < 0:
+        raise ValueError(f"keys must name at least one column and atol must be >= 0, got {keys!r}, {atol}")
+    a, b = log_columns(log, keys), log_columns(stored, keys)
+    n = min(len(a[keys[0]]), len(b[keys[0]]))
+    x = np.stack([a[k][:n] for k in keys])                                     # (K, n)
+    y = np.stack([b[k][:n] for k in keys])                                     # (K, n)
+    off = ~((np.abs(x - y) <= atol) | (np.isnan(x) & np.isnan(y))).all(0)      # (n,)
+    return int(np.argmax(off)) if off.any() else None
 
 
 def load_runs(data_dir=DATA_DIR, variant: Optional[str] = None) -> dict:

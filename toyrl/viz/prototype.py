@@ -27,6 +27,7 @@ import torch
 from ..credit import ESTIMATORS, register_estimator, token_advantages
 from ..port.verl_credit import batch_from_verl, compute_grpo_outcome_advantage
 from ..port.verl_loader import load_core_algos
+from ..results import atomic_write
 from ..train import TrainConfig, train
 from .plots import label, legend
 
@@ -65,14 +66,13 @@ def compare(arms: dict, seeds=(0, 1, 2), keys=("reward_mean", "success_rate"), *
 
 
 def save_sweep(path, sweep: dict, meta: Optional[dict] = None) -> Path:
-    """Write a sweep (and how it was made) as compact JSON (NaN -> null); returns the path."""
+    """Write a sweep (and how it was made) as compact JSON (NaN -> null), whole (``atomic_write``: an interrupted
+    write leaves the previous file); returns the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     clean = lambda v: None if isinstance(v, float) and not np.isfinite(v) else (round(v, 5) if isinstance(v, float) else v)  # noqa: E731
     data = {"meta": meta or {}, "arms": {a: {k: [[clean(v) for v in row] for row in rows] for k, rows in cols.items()}
                                          for a, cols in sweep.items()}}
-    path.write_text(json.dumps(data, separators=(",", ":")))
-    return path
+    return atomic_write(path, json.dumps(data, separators=(",", ":")).encode())
 
 
 def sweep_to(path, arms: dict, seeds, steps: int, keys, command: str) -> Path:
