@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..rollout import recompute_logp
-from ..train import TrainConfig, Trainer
+from ..rollout.engine import recompute_logp
+from ..train.trainer import TrainConfig, Trainer
 from .plots import legend
 from .prototype import arms_figure, sweep_precompute
 

@@ -29,9 +29,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..claims.stability import COLLAPSE_BASE
-from ..runlog import RunLog, encode
-from ..train import TrainConfig, train
+from ..lab.claims.stability import COLLAPSE_BASE
+from ..train.runlog import RunLog, encode
+from ..train.trainer import TrainConfig, train
 from .plots import log_columns, mark_steps, new_figure, smooth
 
 __all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "freeze_step",
