@@ -77,7 +77,7 @@ def cmd_train(args) -> int:
 def _sweep_one(job):
     import torch
     torch.set_num_threads(1)
-    from ..train.trainer import train
+    from ..train import train
     cfg, path = job
     log = train(cfg, path)
     return path, summarize(log.rows)
@@ -94,7 +94,7 @@ def run_name(cfg, swept) -> str:
 
 
 def cmd_sweep(args) -> int:
-    from ..train.trainer import TrainConfig
+    from ..train import TrainConfig
     from .trainflags import checked_trainer, configs_from
     out_dir = Path(args.out_dir)
     swept = [name for name, alts in values(args, TrainConfig, multi=True).items() if len(alts) > 1]

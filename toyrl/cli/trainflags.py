@@ -20,7 +20,7 @@ from ..objectives import AGGREGATIONS, CLIP_SCHEMES, KL_ESTIMATORS, LEVELS
 from ..train.build import policy_names
 from ..policies.toy import PRESETS
 from ..rollout.engine import CONTEXTS
-from ..train.trainer import TrainConfig
+from ..train import TrainConfig
 from ..rollout.tree import STRATEGIES
 
 __all__ = ["ALIASES", "REGISTRIES", "TRAIN_SYNTAX", "SWEEP_SYNTAX", "add_train_flags", "configs_from",
@@ -81,7 +81,7 @@ def configs_from(args, multi: bool = False, **override) -> list:
 def checked_trainer(cfg, log_path=None):
     """A Trainer for ``cfg``; a ValueError its construction raises before any rollout (e.g. episodes
     longer than a text policy's context) becomes a one-line usage error."""
-    from ..train.trainer import Trainer
+    from ..train import Trainer
     try:
         return Trainer(cfg, log_path)
     except ValueError as e:

@@ -62,37 +62,51 @@ def module_table() -> str:
     r, n = _shipped_registries(), counts()
     rows = [
         ("`batch.py`, `segments.py`", "`TurnBatch`, the one data structure (tokens, policy mask, turn ids, per-turn "
-         "rewards, group and state-key ids), and group statistics: ids renumbered by `torch.unique(..., "
-         "return_inverse=True)`, one scatter op per statistic"),
-        ("`envs/`", f"{n['envs']} envs ({_names(r['envs'])}): gymnasium envs over batched numpy cores with "
-         "`state_key()`, `snapshot()` / `restore()` and a text rendering; `experts.py`: a planner per env, "
-         "task process scores, the shipped demonstrations"),
-        ("`codecs/`", "`toy.py`: the toy turn format (reasoning tokens, END, one action) and the **turn grammar** "
-         "that samples it (`constrain=True` keeps turns well-formed); `text.py`: free text parsed like an LLM "
-         "agent's reply, TinyLM's word tokenizer"),
-        ("`policies/`", f"the `TokenPolicy` protocol, the toy transformer ({n['policy presets']} presets: "
-         f"{_names(r['policy presets'])}), TinyLM, the Hugging Face adapter, `scripted.py` (plays a planner's or "
-         "a transcript's actions)"),
-        ("`rollout/`", f"`engine.py`: G rollouts per task, one plain `play_turn`, {n['context policies']} context "
-         f"policies ({_names(r['context policies'])}), void turns; `flatten.py`: episodes -> `TurnBatch`, "
-         f"recompute under the contexts seen; `tree.py`: {n['tree strategies']} tree strategies "
-         f"({_names(r['tree strategies'])}) at an equal token budget"),
-        ("`credit/`", f"{n['estimators']} advantage estimators ({_names(r['estimators'])}), the registry and what "
-         "each needs; `reference/`: every estimator again as plain loops"),
-        ("`objectives/`", f"{n['ratio levels']} ratio levels ({_names(r['ratio levels'])}); {n['clip schemes']} "
-         f"clipping schemes ({_names(r['clip schemes'])}); {n['aggregations']} aggregations; "
-         f"{n['KL estimators']} KL estimators; `policy_loss`"),
+         "rewards, group and state-key ids), and group statistics with scatter ops over ids renumbered by "
+         "`torch.unique(..., return_inverse=True)`; anchor cells of (group, state key) pairs"),
+        ("`envs/`", f"{n['envs']} envs ({_names(r['envs'])}): `toyrl/GridWorld-v0` (FrozenLake-like, slip, random or "
+         "named maps), `toyrl/BanditChain-v0` (the hello world of per-turn credit), `toyrl/MockSearch-v0` (tool-use QA "
+         "over a shipped fictional knowledge base: long noisy tool outputs, void turns, a checkable intermediate "
+         "signal, privileged reference solutions). Each is a gymnasium env over a batched numpy core, with "
+         "`state_key()`, `snapshot()` / `restore()` / `fork()` and `render_text()` / `parse_action()`; "
+         "`experts.py`: a planner per env, task process scores, the shipped demonstrations"),
+        ("`codecs/`", "`toy.py`: the toy turn format (reasoning tokens, `</think>`, one action) and the **turn "
+         "grammar** that samples it: `constrain=True` keeps turns well-formed, `constrain=False` samples the whole "
+         "vocabulary (observation tokens, void turns); every token's grammar state is recorded so recompute scores "
+         "it under the distribution that drew it; T2PO's token-level thinking intervention (`tti_delta`). "
+         "`text.py`: free text parsed like an LLM agent's reply, TinyLM's word tokenizer"),
+        ("`policies/`", f"the `TokenPolicy` protocol; a small transformer with a KV cache ({n['policy presets']} "
+         f"presets: {_names(r['policy presets'])}); TinyLM (the model); the Hugging Face adapter; `scripted.py`, "
+         "which plays a planner's or a transcript's actions as tokens"),
+        ("`rollout/`", "`engine.py`: groups of G rollouts per task, one plain `play_turn` (generate -> parse -> "
+         "step -> append) with opt-in KV reuse, T2PO turn resampling and tree capture; "
+         f"{n['context policies']} context policies ({_names(r['context policies'])}) with the exact context of "
+         "every turn stored; `flatten.py`: episodes -> `TurnBatch`, matched or flat recompute at the rollout's "
+         f"temperature; `tree.py`: {n['tree strategies']} tree strategies ({_names(r['tree strategies'])}: "
+         "Tree-GRPO, ARPO, PATR) at an equal token budget"),
+        ("`credit/`", f"{n['estimators']} advantage estimators ({_names(r['estimators'])}), one module per "
+         "family, the registry and what each needs; critics and their losses; `reference/`: every estimator "
+         "again as plain loops"),
+        ("`objectives/`", f"ratios at {n['ratio levels']} levels ({_names(r['ratio levels'])}, log space); "
+         f"{n['clip schemes']} clipping schemes ({_names(r['clip schemes'])}); {n['aggregations']} aggregations; "
+         f"{n['KL estimators']} KL estimators; the env-token masking switch; `policy_loss`"),
         ("`filters.py`, `diagnostics.py`", f"{n['filters']} filters ({_names(r['filters'])}); the stability "
-         "checklist per step and per turn index, text-reply metrics"),
-        ("`train/`", "`TrainConfig` -> `train` -> `RunLog`: the config and its validation, building a run "
-         "(`build.py`, `limits.py`), the `Trainer` (`collect` -> `prepare` -> `update`), the learned credit "
-         "models it fits, behaviour cloning and TinyLM's pretraining, the run log"),
-        ("`port/`", "verl 0.9.1 and TRL signatures over toyrl's code, tested against verl"),
-        ("`viz/`, `lab/`", "figures and widget panels of the notebooks; the lab: claims ledger, stability "
+         "checklist per step and per turn index; text-reply metrics (template entropy and MI, repetition)"),
+        ("`train/`", "`TrainConfig` -> `RunLog` (JSON lines); a step is `collect` -> `prepare` -> `update`. The "
+         "channels: reasoning turns (`n_think`, `think_max`, up to 256 tokens a turn, context sized to fit), free "
+         "sampling (`constrain=False`, logs `obs_token_rate`, `void_turn_rate`, `format_valid_rate`), the "
+         "off-policy regime (`staleness`, `ppo_epochs`, `minibatches`; logs `policy_lag_mean` / "
+         "`policy_lag_max`), fresh-episode evaluation (`eval_every`, `eval_episodes`, `eval_greedy`; logs "
+         "`eval_success_rate`, `eval_return`, `eval_turns`), T2PO (`t2po_eta`, `tti_delta`). Also: building a "
+         "run (`build.py`, `limits.py`), the learned credit models the trainer fits, behaviour cloning (`bc.py`) "
+         "and TinyLM's pretraining"),
+        ("`port/`", "verl 0.9.1 signatures (`compute_grpo_outcome_advantage`, `compute_policy_loss`, `agg_loss`, "
+         "`kl_penalty`, ...) and TRL's over toyrl's code, tested against verl"),
+        ("`viz/`, `lab/`", "the notebooks' figures and widget panels; the lab: the claims ledger, the stability "
          "scorecard, benchmarks, `toyrl demo`, sweeps on a process pool or Ray, where results are written"),
         ("`cli/`", "the `toyrl` command (`envs | train | sweep | scorecard | demo | demos | reproduce | plot | "
-         "compare | precompute | pretrain | bench`), its train flags generated from `TrainConfig`"),
-        ("`exercises/`", "the notebooks' exercise checks"),
+         "compare | precompute | pretrain | bench`); every `TrainConfig` field is a flag by its own name"),
+        ("`exercises/`", "the checks of the notebooks' exercises"),
     ]
     lines = ["| room (`toyrl/`) | what it holds |", "| --- | --- |"]
     lines += [f"| {a} | {b.replace('|', chr(92) + '|')} |" for a, b in rows]

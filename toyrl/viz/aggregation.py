@@ -25,7 +25,7 @@ import torch
 
 from ..credit.outcome import dr_grpo, grpo, rloo
 from ..objectives import agg_weights
-from ..train.trainer import TrainConfig
+from ..train import TrainConfig
 from .prototype import RUNS_DIR, arms_figure, final_mean, sweep_to
 
 __all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "weights_panel",

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..rollout.engine import recompute_logp
-from ..train.trainer import TrainConfig, Trainer
+from ..train import TrainConfig, Trainer
 from .plots import legend
 from .prototype import arms_figure, sweep_precompute
 

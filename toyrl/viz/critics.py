@@ -28,7 +28,7 @@ from ..batch import discounted_returns
 from ..credit.critics import DoubleCritic, TurnCritic, archer, archer_losses, soft_update, value_loss
 from ..envs.experts import expert_actions, process_scores
 from ..envs import make_core
-from ..train.trainer import TrainConfig
+from ..train import TrainConfig
 from .prototype import arms_figure, sweep_precompute
 
 __all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "plot_td_losses", "value_panel",

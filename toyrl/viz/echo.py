@@ -31,7 +31,7 @@ import numpy as np
 
 from ..lab.claims.stability import COLLAPSE_BASE
 from ..train.runlog import RunLog, encode
-from ..train.trainer import TrainConfig, train
+from ..train import TrainConfig, train
 from .plots import log_columns, mark_steps, new_figure, smooth
 
 __all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "freeze_step",

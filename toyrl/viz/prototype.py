@@ -27,7 +27,7 @@ import torch
 from ..credit import ESTIMATORS, register_estimator, token_advantages
 from ..port.verl_credit import batch_from_verl, compute_grpo_outcome_advantage
 from ..port.verl_loader import load_core_algos
-from ..train.trainer import TrainConfig, train
+from ..train import TrainConfig, train
 from .plots import label, legend
 
 __all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "sweep_precompute", "load_sweep", "curve_stats",

@@ -24,7 +24,7 @@ from ..train.pretrain import PRETRAIN_ENVS
 from ..rollout.engine import rollout
 from ..diagnostics import repetition_rate, text_template_stats
 from ..codecs.text import turn_texts
-from ..train.trainer import TrainConfig, Trainer
+from ..train import TrainConfig, Trainer
 
 __all__ = ["RUNS_DIR", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel"]
 

@@ -30,7 +30,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..train.trainer import TrainConfig, Trainer
+from ..train import TrainConfig, Trainer
 from .plots import label
 from .prototype import arm_curves, curve_stats, draw_curves, final_mean, sweep_precompute
 

@@ -30,7 +30,7 @@ def context_measure(arm: str, seed: int, quick: bool) -> dict:
     import torch
     torch.set_num_threads(1)
     from ...rollout.engine import recompute_logp
-    from ...train.trainer import Trainer, TrainConfig
+    from ...train import Trainer, TrainConfig
     tr = Trainer(TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 12, "slip": 0.2},
                              context="last_k", context_k=1, prompts_per_step=4, steps=0, seed=seed, progress=False))
     for _ in range(5 if quick else 20):
@@ -76,7 +76,7 @@ def ratio_grad_measure(arm: str, seed: int, quick: bool) -> dict:
     """
     import torch
     torch.set_num_threads(1)
-    from ...train.trainer import Trainer, TrainConfig
+    from ...train import Trainer, TrainConfig
     tr = Trainer(TrainConfig(**RATIO_BASE, think_min=THINK[arm], think_max=THINK[arm], ratio="token", steps=0,
                              seed=seed, progress=False))
     warm, batches = (6, 3) if quick else (10, 6)

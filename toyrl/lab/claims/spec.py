@@ -165,7 +165,7 @@ def run_job(job: tuple) -> dict:
     """
     import torch
     torch.set_num_threads(1)
-    from ...train.trainer import Trainer, TrainConfig
+    from ...train import Trainer, TrainConfig
     cfg_dict, seed, probe = job
     t0, c0 = time.perf_counter(), time.process_time()
     tr = Trainer(TrainConfig(**{**cfg_dict, "seed": seed, "progress": False}))
