@@ -150,6 +150,22 @@ def test_loss_equals_sum_of_weighted_token_losses():
         assert torch.allclose(loss, (info["token_loss"] * info["agg_weight"]).sum())
 
 
+@pytest.mark.parametrize("clip", ["ppo", "clip_higher", "gspo", "turn_ppo", "luspo"])
+def test_written_out_ppo_branch_is_the_registry_function(clip):
+    """policy_loss's PPO branch (-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), written in loss.py) gives,
+    bit for bit, the token loss and clip masks of the scheme's registered function, and the expected numbers."""
+    logp, old, adv = inputs(seed=3)
+    scheme = CLIP_SCHEMES[clip]
+    loss, info = policy_loss(logp, old, adv, POLICY, TURN, clip=clip, eps_low=0.15)
+    adv_t = torch.where(POLICY, adv.gather(1, TURN.clamp(min=0)), torch.zeros(B, T))
+    want = scheme.fn(info["ratio"], adv_t, **{**scheme.hyper, "eps_low": 0.15})
+    assert torch.equal(info["token_loss"], torch.where(POLICY, want.loss, torch.zeros(B, T)))
+    assert torch.equal(info["clipped"], (want.high | want.low) & POLICY)
+    r, hi = info["ratio"], 1.0 + scheme.hyper["eps_high"]
+    by_hand = -torch.minimum(r * adv_t, r.clamp(0.85, hi) * adv_t)
+    assert torch.allclose(info["token_loss"], torch.where(POLICY, by_hand, torch.zeros(B, T)))
+
+
 # ---- numerical safety ------------------------------------------------------------------------
 MASK_SAFE = loss_mask(POLICY, TURN, False)
 

@@ -13,7 +13,7 @@ chain jumps from one policy token to the next (verl's multi-turn rule). Said in 
 
 ``discounted_cumsum`` has no Python loop over L: a chunk of C steps is one matmul with the C x C
 triangular matrix of discount powers, and the chunk heads obey the same recursion with factor f^C
-(one more call, on L / C heads). The loop form (``reference.py``) is the same numbers.
+(one more call, on L / C heads). The loop forms (``gae.gae_loop``, ``reference.to_go``) give the same numbers.
 """
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ see ``ratios.py``) and ``adv`` is broadcast to tokens. ``Clip`` carries the toke
 aggregated) and three boolean masks: ``high`` (upper bound active), ``low`` (lower bound active)
 and ``extra`` (the scheme's own intervention: the dual-clip bound, a covariance selection).
 
-The shared core is one line (PPO, arXiv 1707.06347):
+The shared core is one line (PPO, arXiv 1707.06347), ``clipped_surrogate``:
 
-    l = max(-A r, -A clip(r, lo, hi))
+    l = -min(r A, clip(r, lo, hi) A)
 
 and the schemes below differ only in lo / hi (``ppo``, ``loop``, ``a2tgpo``), in what is done to l
 afterwards (``dual_clip``, ``sorl``, ``tis``), or in where the clip happens (``gmpo``, log space).
@@ -43,16 +43,17 @@ class Clip(NamedTuple):
 
 
 def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, lo, hi) -> Clip:
-    """l = max(-A r, -A clip(r, lo, hi)); lo / hi are floats or (B, T) tensors.
+    """l = -min(r A, clip(r, lo, hi) A); lo / hi are floats or (B, T) tensors (PPO: 1 - eps_low, 1 + eps_high).
 
-    A bound is *active* when the clipped term wins strictly: A (r - clip(r)) > 0 (verl's clipfrac).
-    Example: r [0.5, 1.0, 1.5], A [1, -1, 1], lo 0.8, hi 1.2 -> l [-0.5, 1.0, -1.2], high [F, F, T].
+    A bound is *active* when the clipped term wins strictly: clip(r) A < r A (verl's clipfrac);
+    there the gradient through r is cut. Example: r [0.5, 1.0, 1.5], A [1, -1, 1], lo 0.8, hi 1.2 ->
+    l [-0.5, 1.0, -1.2], high [F, F, T].
     """
     check_like(ratio, "ratio", adv=adv)
-    r_clip = torch.clamp(ratio, lo, hi) if isinstance(lo, torch.Tensor) else ratio.clamp(lo, hi)
-    l1, l2 = -adv * ratio, -adv * r_clip                                        # (B, T)
-    active = l2 > l1
-    return Clip(torch.maximum(l1, l2), active & (ratio > 1), active & (ratio < 1), torch.zeros_like(active))
+    r_clip = torch.clamp(ratio, lo, hi) if isinstance(lo, torch.Tensor) else ratio.clamp(lo, hi)   # (B, T)
+    surr, surr_clip = ratio * adv, r_clip * adv                                 # (B, T) the two surrogates
+    active = surr_clip < surr                                                   # the pessimistic min takes the clip
+    return Clip(-torch.minimum(surr, surr_clip), active & (ratio > 1), active & (ratio < 1), torch.zeros_like(active))
 
 
 def ppo(ratio, adv, *, eps_low: float = 0.2, eps_high: float = 0.2) -> Clip:

@@ -6,9 +6,14 @@ Dimension legend: B rollouts, T token positions, H turns.
     loss, info = policy_loss(logp, batch.old_logp, adv_BH, mask, batch.turn_id,
                              ratio="turn", clip="ppo", agg="token-mean")
 
-Pipeline (``policy_loss``, read top to bottom): d_t = logp - old_logp on the mask -> unit
-log-ratio at the level -> clamp -> exp -> the scheme's token loss -> optional importance weights
--> + kl_coef * KL(pi || ref) per token -> aggregate. Input checks live in ``check_loss_inputs``
+Pipeline (``policy_loss``, read top to bottom):
+
+    1. ratio      r_t = exp(clamp(log pi - log pi_old)) at the level (token, or pooled over a turn / sequence)
+    2. surrogate  PPO: l_t = -min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t) (``clipped_surrogate``);
+                  any other scheme: its function in ``CLIP_SCHEMES``; times optional importance weights
+    3. aggregate  loss = sum_t w_t (l_t + kl_coef KL_t(pi || ref)) over the mask tokens (``agg_weights``)
+
+Input checks live in ``check_loss_inputs``
 (shapes; no rollouts; NaN / inf adv, NaN or +inf log-probs on the mask: ValueError naming the
 argument and the first (b, t)); -inf log-probs are floored (``ratios.floor_logp``) so the loss and
 its gradient stay finite for every scheme at every level;
@@ -23,11 +28,12 @@ import torch
 from ..batch import check_finite, turn_to_token
 from ..segments import segment_count, segment_max, segment_min, segment_sum
 from .aggregate import agg_weights
+from .clipping import clipped_surrogate, ppo
 from .kl import kl_estimate
 from .ratios import LEVELS, clamp_log, floor_logp, log_ratio, token_log_ratio
 from .schemes import CLIP_SCHEMES, LossContext
 
-__all__ = ["policy_loss", "loss_mask", "turn_stats", "check_loss_inputs", "loss_stats"]
+__all__ = ["policy_loss", "loss_mask", "turn_stats", "check_loss_inputs", "loss_stats", "resolve_scheme"]
 
 
 def loss_mask(policy_mask: torch.Tensor, turn_id: torch.Tensor, mask_env_tokens: bool = True) -> torch.Tensor:
@@ -142,13 +148,34 @@ def loss_stats(out, r, d, mask, turn_id, H: int, log_ratio_clamp=(-20.0, 20.0)) 
     return info
 
 
-def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *, ratio: str | None = None, clip: str = "ppo",
-                clip_kwargs: dict | None = None, agg: str | None = None, ref_logp=None, kl: str | None = None,
-                kl_coef: float = 0.0, rollout_logp=None, is_weights=None, H: int | None = None,
-                adv_level: str | None = None, straight_through: bool = False,
-                log_ratio_clamp: tuple[float, float] = (-20.0, 20.0), agg_kwargs: dict | None = None,
-                generator: torch.Generator | None = None, **kw) -> tuple[torch.Tensor, dict]:
-    """Clipped policy-gradient loss of any scheme at any ratio level; returns (loss, info).
+def resolve_scheme(clip: str, ratio: str | None, agg: str | None):
+    """The registry entry of ``clip`` and the ratio level and aggregation it runs at -> (Scheme, level, agg).
+
+    None takes the scheme's default (its ``level`` / paper ``agg``); ValueError names an unknown
+    scheme or level. Example: ("gspo", None, None) -> (CLIP_SCHEMES["gspo"], "sequence", "seq-mean-token-mean").
+    """
+    if clip not in CLIP_SCHEMES:
+        raise ValueError(f"clip must be one of {sorted(CLIP_SCHEMES)}, got {clip!r}")
+    scheme = CLIP_SCHEMES[clip]
+    level = scheme.level if ratio is None else ratio
+    if level not in LEVELS:
+        raise ValueError(f"ratio must be one of {LEVELS}, got {level!r}")
+    return scheme, level, scheme.agg if agg is None else agg
+
+
+def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *,
+                ratio: str | None = None, clip: str = "ppo", agg: str | None = None,      # the three switches
+                ref_logp=None, kl: str | None = None, kl_coef: float = 0.0,                # + kl_coef * KL(pi || ref)
+                clip_kwargs: dict | None = None, agg_kwargs: dict | None = None,           # scheme / agg options
+                rollout_logp=None, is_weights=None, generator: torch.Generator | None = None,   # scheme inputs
+                H: int | None = None, adv_level: str | None = None,                        # shape hints
+                straight_through: bool = False, log_ratio_clamp: tuple[float, float] = (-20.0, 20.0),
+                **kw) -> tuple[torch.Tensor, dict]:
+    """Clipped policy-gradient loss of any scheme at any ratio level: ratio -> surrogate -> aggregate; (loss, info).
+
+        r_t = exp(log pi(a_t) - log pi_old(a_t))      pooled in log space over the level's unit
+        l_t = -min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t)      PPO, Eq. 7 of arXiv 1707.06347
+        loss = sum_t w_t (l_t + kl_coef * KL_t)        w: the aggregation's weights on the mask tokens
 
     Args (tensors on one device; B rollouts, T tokens, H turns):
         logp, old_logp: (B, T) current and behaviour log-probs (gradients flow through logp).
@@ -165,6 +192,8 @@ def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *, ratio: str | None = 
         rollout_logp: (B, T) rollout-engine log-probs, required by ``clip="tis"``.
         is_weights: (B, T) extra per-token weights multiplied into the token loss (verl's
             rollout_is_weights); pass them detached.
+        generator: randomness of schemes that sample tokens (clip_cov).
+        H: number of turn indices (default: from adv or turn_id).
         straight_through: GSPO-token gradient for unit-level ratios (see ``ratios.log_ratio``).
         log_ratio_clamp: bounds on the log-ratio before exp (token d at token level, the unit value
             otherwise); verl: (-20, 20), its GSPO (-inf, 10).
@@ -175,29 +204,30 @@ def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *, ratio: str | None = 
     clip_frac_turn, clip_frac_low_turn, clip_frac_high_turn, ratio_mean_turn, ratio_min_turn,
     ratio_max_turn, approx_kl_turn, tokens_turn; and (B, T): ratio, clipped, token_loss (with graph),
     agg_weight (loss == sum(token_loss * agg_weight)). level / clip / agg name what was used.
+    Example: one token, logp - old_logp = log 1.5, A = 1, clip="ppo" -> r 1.5, loss -1.2, clip_frac 1.
     """
-    if clip not in CLIP_SCHEMES:
-        raise ValueError(f"clip must be one of {sorted(CLIP_SCHEMES)}, got {clip!r}")
-    scheme = CLIP_SCHEMES[clip]
-    level = scheme.level if ratio is None else ratio
-    agg = scheme.agg if agg is None else agg
-    if level not in LEVELS:
-        raise ValueError(f"ratio must be one of {LEVELS}, got {level!r}")
+    scheme, level, agg = resolve_scheme(clip, ratio, agg)
     mask, turn_id, adv, H = check_loss_inputs(logp, old_logp, adv, loss_mask, turn_id, H=H, adv_level=adv_level,
                                               ref_logp=ref_logp, rollout_logp=rollout_logp, is_weights=is_weights)
     hyper = scheme.resolve(clip, {**(clip_kwargs or {}), **kw})
-    logp, old_logp = floor_logp(logp, mask), floor_logp(old_logp, mask)         # -inf -> LOGP_FLOOR, no NaN
-    ref_logp, rollout_logp = (None if x is None else floor_logp(x, mask) for x in (ref_logp, rollout_logp))
-    is_weights = None if is_weights is None else torch.where(mask, is_weights, 0.0)   # off the mask: no NaN gradient
+    logp, old_logp, ref_logp, rollout_logp = (None if x is None else floor_logp(x, mask)   # -inf -> LOGP_FLOOR
+                                              for x in (logp, old_logp, ref_logp, rollout_logp))
 
-    d = token_log_ratio(logp, old_logp, mask)                                   # (B, T) raw
+    # 1. ratio r = pi / pi_old at the level (B, T): exp of the token log-ratio, pooled over turn / sequence
+    d = token_log_ratio(logp, old_logp, mask)                                   # (B, T) raw log pi - log pi_old
     lr = log_ratio(logp, old_logp, mask, turn_id, level, H=H, straight_through=straight_through)
-    r = torch.where(mask, torch.exp(clamp_log(lr, log_ratio_clamp)), torch.ones_like(lr))   # (B, T) level ratio
-    ctx = LossContext(mask, turn_id, logp, old_logp, rollout_logp, d, log_ratio_clamp, generator, level, H)
-    out = scheme(r, adv, ctx, **hyper)                                          # token losses + clip masks
+    r = torch.where(mask, torch.exp(clamp_log(lr, log_ratio_clamp)), torch.ones_like(lr))   # (B, T)
 
-    token_loss = out.loss if is_weights is None else out.loss * is_weights
+    # 2. surrogate per token (B, T): PPO's clipped one, or the scheme's own (CLIP_SCHEMES)
+    if scheme.fn is ppo:                                      # ppo, clip_higher, gspo, turn_ppo, luspo
+        out = clipped_surrogate(r, adv, 1.0 - hyper["eps_low"], 1.0 + hyper["eps_high"])   # -min(r A, clip(r) A)
+    else:
+        ctx = LossContext(mask, turn_id, logp, old_logp, rollout_logp, d, log_ratio_clamp, generator, level, H)
+        out = scheme(r, adv, ctx, **hyper)
+    token_loss = out.loss if is_weights is None else out.loss * torch.where(mask, is_weights, 0.0)
     zero = torch.zeros_like(token_loss)
+
+    # 3. aggregate: loss = sum_t w_t (l_t + kl_coef KL_t) over the mask tokens
     w = agg_weights(mask, agg, dtype=logp.dtype, **(agg_kwargs or {}))         # (B, T)
     info: dict = {"level": level, "clip": clip, "agg": agg,
                   "loss_pg": (torch.where(mask, token_loss, zero) * w).sum().detach()}
