@@ -31,7 +31,7 @@ def make_random_hf(path: str, hidden: int = 768, layers: int = 12, vocab: int = 
     tokenizer trained on env texts to ``path``; returns the parameter count."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-    from toyrl.demos import load_demos
+    from toyrl.envs.experts import load_demos
     texts = [t["observation"] + " " + t["action"] for env in ("gridworld", "mock_search") for ep in load_demos(env)
              for t in ep["turns"]]
     tk = Tokenizer(models.BPE())

@@ -17,7 +17,7 @@ import time
 import torch
 
 from toyrl.policies import TinyLM
-from toyrl.pretrain import pretrain
+from toyrl.train.pretrain import pretrain
 from toyrl.train import TrainConfig, Trainer
 
 

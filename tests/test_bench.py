@@ -29,7 +29,7 @@ def test_gpu_bench_credit_batch_layout():
 
 
 def test_train_bench_reports_ratios(capsys):
-    from toyrl.bench.train import main
+    from toyrl.lab.bench.train import main
     out = main(["--think", "2", "--steps", "1"])
     m = out[2]
     assert m["per_turn"] >= 1 and m["gen_over_fwd"] > 0 and m["step_over_fb"] >= 1
@@ -41,7 +41,7 @@ def test_train_bench_reports_ratios(capsys):
 
 def test_trunk_timer_counts_and_restores():
     import torch
-    from toyrl.bench.train import TrunkTimer
+    from toyrl.lab.bench.train import TrunkTimer
     from toyrl.policies.toy import PRESETS, ToyTransformer, ToyTransformerConfig
     pol = ToyTransformer(ToyTransformerConfig(vocab_size=12, max_len=16, **PRESETS["tiny"]))
     x, m = torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool)

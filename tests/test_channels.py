@@ -8,7 +8,7 @@ import torch
 from toyrl.envs import make_core
 from toyrl.policies import make_policy
 from toyrl.rollout import Sampling, recompute_logp, rollout
-from toyrl.toycodec import ThinkingIntervention, ToyCodec, TurnGrammar
+from toyrl.codecs.toy import ThinkingIntervention, ToyCodec, TurnGrammar
 from toyrl.train import TrainConfig, Trainer, train
 
 GRID16 = {"map_name": "4x4", "max_turns": 16}
@@ -189,7 +189,7 @@ def test_text_policy_reasoning_budget_is_checked():
 
 
 def test_scripted_expert_writes_well_formed_turns_with_grammar_states():
-    from toyrl.demos import ScriptedPolicy
+    from toyrl.policies.scripted import ScriptedPolicy
     core, codec, _, tasks, group = toy_setup(think_max=2)
     ro = rollout(ScriptedPolicy(core, codec), core, tasks, group, codec=codec)
     b = ro.batch
@@ -209,7 +209,7 @@ def test_describe_turn_by_hand():
 
 
 def test_logprobs_by_length_equals_one_padded_forward_with_gradients():
-    from toyrl.flatten import logprobs_by_length
+    from toyrl.rollout.flatten import logprobs_by_length
     core, codec, policy, tasks, group = toy_setup(B=16, think_max=8)
     ro = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(4))
     b = ro.batch
@@ -226,7 +226,7 @@ def test_logprobs_by_length_equals_one_padded_forward_with_gradients():
 
 
 def test_text_codec_has_no_grammar_and_marks_the_user_turn_header():
-    from toyrl.textcodec import TextCodec, WordTokenizer
+    from toyrl.codecs.text import TextCodec, WordTokenizer
     tok = WordTokenizer(["move", "User"])
     codec = TextCodec(tok, template=("User: ", "\nAssistant: ", "\nUser: "))
     assert codec.grammar(True) is None

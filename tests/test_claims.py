@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from toyrl.claims import CLAIMS, REPO, SHIPPED_DIR, Claim, evaluate, redraw, run_claims
-from toyrl.claims import Test as ClaimTest
-from toyrl.claims.report import END, START, claims_table, load_series, update_readme
-from toyrl.claims.spec import collapse_times, smooth, train_seed
-from toyrl.claims.stats import VERDICTS, classify, holm, p_value, paired_effect, t_interval, verdict
+from toyrl.lab.claims import CLAIMS, REPO, SHIPPED_DIR, Claim, evaluate, redraw, run_claims
+from toyrl.lab.claims import Test as ClaimTest
+from toyrl.lab.claims.report import END, START, claims_table, load_series, update_readme
+from toyrl.lab.claims.spec import collapse_times, smooth, train_seed
+from toyrl.lab.claims.stats import VERDICTS, classify, holm, p_value, paired_effect, t_interval, verdict
 from toyrl.train import TrainConfig
 
 SCHEMA = ("claim", "source", "metric", "mechanism", "faithfulness", "settings_tried", "setting", "seeds",
@@ -85,7 +85,7 @@ def test_collapse_detector():
 def test_std_first_is_a_share_of_collapsed_seeds():
     """echo_collapse's std-first metric: 1 / 0 for a collapsed run, NaN otherwise, so the stats average it over
     collapsed seeds only (NaN is skipped and does not count towards n)."""
-    from toyrl.claims.stability import COLLAPSE_BASE, _echo_metrics
+    from toyrl.lab.claims.stability import COLLAPSE_BASE, _echo_metrics
     rest = {"template_mi": [0.5] * 20, "success_rate": [0.5] * 20, "zero_var_frac": [0.0] * 20}
     m = lambda mean, std: _echo_metrics({**rest, "reward_mean": mean, "reward_std": std})     # noqa: E731
     first = m([0.8] * 10 + [0.0] * 10, [0.4] * 5 + [0.0] * 15)               # std falls at 7, mean at 12
@@ -123,7 +123,7 @@ def test_unknown_claim_exits_2(capsys):
 
 
 def test_figure_title_names_the_setting():
-    from toyrl.claims.report import setting_label
+    from toyrl.lab.claims.report import setting_label
     assert setting_label({"env": "gridworld", "env_kwargs": {"size": 4}, "lr": 0.01}) == "gridworld size=4, lr=0.01"
     assert "staleness=2" in setting_label(CLAIMS["echo_trap"].base)
 
@@ -187,7 +187,7 @@ def test_one_claim_quick_end_to_end(tmp_path):
 
 def test_registered_before_run(tmp_path):
     """The setting, mechanism and faithfulness note are on disk before any result (verdict 'pending')."""
-    from toyrl.claims import register
+    from toyrl.lab.claims import register
     rec = register(CLAIMS["echo_trap"], [0, 1], quick=True)
     assert rec["verdict"] == "pending" and "result" not in rec and rec["settings_tried"] >= 1
     assert "pending" in claims_table([rec])
@@ -227,7 +227,7 @@ def shipped_bytes() -> dict:
 def test_reproduce_writes_under_the_cwd_or_out_dir_never_the_shipped_ledger(tmp_path, monkeypatch, capsys):
     """The issue's command, ``toyrl reproduce env_mask --seeds 3``, as a student runs it: results in
     ./toyrl-results/claims/, data/claims/ and README.md byte-identical; --out-dir names another folder."""
-    import toyrl.claims as ledger
+    import toyrl.lab.claims as ledger
     from toyrl.cli import main
     before = shipped_bytes()
     monkeypatch.chdir(tmp_path)
@@ -253,7 +253,7 @@ def test_reproduce_writes_under_the_cwd_or_out_dir_never_the_shipped_ledger(tmp_
 def test_interrupted_reproduce_keeps_the_previous_record(tmp_path, monkeypatch):
     """Ctrl-C after some of a claim's runs: its last record, figure and series stay byte for byte; only the
     registration of the unfinished run is on disk (``<claim>.pending.json``)."""
-    import toyrl.claims as ledger
+    import toyrl.lab.claims as ledger
     from toyrl.cli import main
     out = tmp_path / "ledger"
     argv = ["reproduce", "env_mask", "--seeds", "3", "--workers", "1", "--no-progress", "--out-dir", str(out)]
@@ -274,7 +274,7 @@ def test_interrupted_reproduce_keeps_the_previous_record(tmp_path, monkeypatch):
 
 def test_update_shipped_targets_the_ledger_and_its_readme_table(tmp_path, monkeypatch):
     """--update-shipped: data/claims/ (or a folder inside it) and then the README table; without it neither."""
-    import toyrl.claims as ledger
+    import toyrl.lab.claims as ledger
     from toyrl.cli import main
     calls = []
     monkeypatch.setattr(ledger, "run_claims", lambda names, **kw: calls.append(("run", kw["out_dir"])) or 0)

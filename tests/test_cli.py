@@ -13,8 +13,8 @@ from typing import Literal, Optional
 import pytest
 
 from toyrl.credit import ESTIMATORS
-from toyrl.cli import ALIASES, REGISTRIES, build_parser, configs_from, main
-from toyrl.cliargs import add_fields, field_docs, specs, to_argv, values
+from toyrl.cli.commands import ALIASES, REGISTRIES, build_parser, configs_from, main
+from toyrl.cli.args import add_fields, field_docs, specs, to_argv, values
 from toyrl.train import TrainConfig
 
 REQUIRED = ("step", "reward_mean", "reward_std", "zero_var_frac", "grad_norm", "clip_frac", "ratio_max", "entropy",
@@ -211,7 +211,7 @@ def test_unknown_name_one_line_from_a_shell():
 # ---- a quick parser: torch only for the command that needs it ------------------------------------------------
 NO_TORCH = """
 import contextlib, io, json, sys
-from toyrl.cli import build_parser, main
+from toyrl.cli.commands import build_parser, main
 def quiet(argv):                                   # --help exits 0, a usage error exits 2 (argparse)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:

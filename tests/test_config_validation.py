@@ -6,9 +6,9 @@ import inspect
 
 import pytest
 
-from toyrl.cli import REGISTRIES, build_parser, main
-from toyrl.config import (KWARG_RANGES, RANGES, TrainConfig, check_kwargs, envs_providing, filter_keywords, in_interval,
-                          keywords)
+from toyrl.cli.commands import REGISTRIES, build_parser, main
+from toyrl.train.config import (KWARG_RANGES, RANGES, TrainConfig, check_kwargs, envs_providing, filter_keywords,
+                                in_interval, keywords)
 from toyrl.credit import ESTIMATORS, NEEDS
 from toyrl.envs import ENVS
 from toyrl.filters import FILTERS
@@ -16,7 +16,7 @@ from toyrl.objectives import CLIP_SCHEMES
 from toyrl.objectives.schemes import REQUIRED
 from toyrl.rollout import CONTEXTS
 from toyrl.train import Trainer
-from toyrl.tree import STRATEGIES
+from toyrl.rollout.tree import STRATEGIES
 
 RUN = ["--steps", "1", "--prompts", "2", "--group-size", "2", "--no-progress"]
 
@@ -235,6 +235,6 @@ def test_ctrl_c_is_one_line_exit_130(capsys, tmp_path, monkeypatch):
     def stop(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("toyrl.parallel.run_tasks", stop)
+    monkeypatch.setattr("toyrl.lab.parallel.run_tasks", stop)
     assert main(["sweep", "--steps", "1", "--seed", "0", "--workers", "1", "--out-dir", str(tmp_path / "sw")]) == 130
     assert capsys.readouterr().err.strip().splitlines() == ["toyrl: interrupted"]

@@ -1,7 +1,7 @@
 """toyrl bench credit: the table, the floor, GiGPO against the seed loop and the verl race print in one run."""
 from __future__ import annotations
 
-from toyrl.bench.credit import main, race_inputs
+from toyrl.lab.bench.credit import main, race_inputs
 from toyrl.port.verl_loader import load_core_algos
 
 

@@ -11,10 +11,10 @@ from toyrl.credit import NEEDS, check_needs, register_estimator
 from toyrl.credit.critics import DoubleCritic
 from toyrl.credit.fit import (archer_fit, group_center, info_gain, pair_accuracy, progress_fit, reference_features,
                               sweet_fit, turn_action_features, value_fit)
-from toyrl.credit_models import answer_probs, prefix_ends
+from toyrl.train.credit_models import answer_probs, prefix_ends
 from toyrl.filters import Filter
 from toyrl.objectives import Scheme, ppo
-from toyrl.toycodec import ToyCodec
+from toyrl.codecs.toy import ToyCodec
 
 
 class Const(nn.Module):

@@ -133,7 +133,7 @@ def test_anchor_index_matches_dict_on_colliding_keys(seed, kind):
 
 def test_gigpo_benchmark_batch_matches_seed_loop():
     """The benchmark's batch shape (63-bit keys, ragged lengths), smaller B, float64 -> the seed snippet's loop."""
-    from toyrl.bench.credit import make_batch
+    from toyrl.lab.bench.credit import make_batch
     b = make_batch(256, 16, T_turn=1, seed=3)
     r = b.turn_reward.double()
     for norm, gamma in (("std", 0.95), ("mean", 0.9)):
@@ -152,7 +152,7 @@ def test_anchors_of_equal_float32_returns_get_exactly_zero():
 
 def test_gigpo_float32_benchmark_batch_matches_seed_loop_both_key_kinds():
     """float32 rewards, 63-bit hashes and dense ids: within float32 rounding of the float64 snippet loop."""
-    from toyrl.bench.credit import make_batch
+    from toyrl.lab.bench.credit import make_batch
     for dense in (False, True):
         b = make_batch(512, 16, T_turn=1, seed=4, dense_keys=dense)
         got = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key)
@@ -162,7 +162,7 @@ def test_gigpo_float32_benchmark_batch_matches_seed_loop_both_key_kinds():
 
 def test_bench_seed_loop_computes_gigpo():
     """The benchmark's seed-article loop (what GiGPO is timed against) gives GiGPO's numbers."""
-    from toyrl.bench.credit import loop_cells, make_batch
+    from toyrl.lab.bench.credit import loop_cells, make_batch
     b = make_batch(64, 8, T_turn=1, seed=5)
     b = b.replace(turn_reward=b.turn_reward.double())
     got, want = gigpo(b.turn_reward, b.turn_mask, b.group, b.state_key), loop_cells(b)

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from toyrl.config import TrainConfig, envs_providing
+from toyrl.train.config import TrainConfig, envs_providing
 from toyrl.credit import ESTIMATORS, NEEDS
 from toyrl.envs import ENVS
 from toyrl.filters import FILTERS
@@ -107,8 +107,8 @@ def test_needs_are_introspectable_and_the_notebook_table_follows_the_registry():
     assert set(ESTIMATOR_NEEDS) == {n for n, e in ESTIMATORS.items() if e.needs} == set(estimator_needs())
     declared = {n for e in ESTIMATORS.values() for n in e.needs}
     assert declared <= set(NEED_SUPPLY) <= set(NEEDS), declared - set(NEED_SUPPLY)
-    import toyrl.train
-    assert not hasattr(toyrl.train, "CRITIC_ESTIMATORS")
+    import toyrl.train.trainer
+    assert not hasattr(toyrl.train.trainer, "CRITIC_ESTIMATORS")
 
 
 def test_a2tgpo_clip_gets_z_from_the_information_gain_and_t2po_masks_turns():

@@ -9,7 +9,7 @@ import torch
 from toyrl.cli import main as cli_main
 from toyrl.envs import make_core
 from toyrl.policies import HFPolicy
-from toyrl.policies.factory import build_policy, check_policy_name, is_policy_name
+from toyrl.train.build import build_policy, check_policy_name, is_policy_name
 from toyrl.rollout import recompute_logp, rollout
 from toyrl.train import RunLog, TrainConfig
 

@@ -21,7 +21,7 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(toyrl.__path__, "toyrl.")
 
 
 def test_the_walk_finds_the_package():
-    assert len(MODULES) > 50 and "toyrl.train" in MODULES and "toyrl.claims.stats" in MODULES
+    assert len(MODULES) > 50 and "toyrl.train" in MODULES and "toyrl.lab.claims.stats" in MODULES
 
 
 @pytest.mark.parametrize("name", MODULES)

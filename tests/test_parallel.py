@@ -1,4 +1,4 @@
-"""toyrl.parallel.run_tasks: job order, the in-process and process-pool paths, errors, and (where Ray
+"""toyrl.lab.parallel.run_tasks: job order, the in-process and process-pool paths, errors, and (where Ray
 is installed) identical sweep results and logs on a local Ray instance and on the process pool."""
 import importlib.util
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from toyrl.cli import main
-from toyrl.parallel import BACKENDS, run_tasks
+from toyrl.lab.parallel import BACKENDS, run_tasks
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
@@ -88,7 +88,7 @@ def test_ray_run_tasks_keeps_job_order(local_ray):
 
 @pytest.mark.skipif(not HAS_RAY, reason=NO_RAY)
 def test_ray_scorecard_slice_matches_the_process_pool(local_ray):
-    from toyrl.scorecard import run_scorecard
+    from toyrl.lab.scorecard import run_scorecard
     kw = dict(seeds=2, cells=1, steps=2, diag_every=2, workers=2, progress=False)
     a, b = run_scorecard(**kw), run_scorecard(backend="ray", **kw)
     assert a["cells"] == b["cells"] and b["meta"]["backend"] == "ray"

@@ -7,9 +7,9 @@ import pytest
 from matplotlib.collections import PolyCollection
 
 from toyrl.cli import main
-from toyrl.cliargs import UsageError
-from toyrl.runlog import RunLog
-from toyrl.runplot import curves, format_table, group_runs, plot_runs, read_runs, summary_table
+from toyrl.cli.args import UsageError
+from toyrl.train.runlog import RunLog
+from toyrl.cli.runplot import curves, format_table, group_runs, plot_runs, read_runs, summary_table
 
 BASE = {"env": "gridworld", "estimator": "grpo", "clip": "ppo", "lr": 0.003, "steps": 4, "seed": 0, "progress": False}
 GRPO = {0: [0.0, 0.2, 0.4, 0.6], 1: [0.2, 0.4, 0.6, 0.8], 2: [0.1, 0.3, 0.8, 1.0]}      # seed -> reward_mean

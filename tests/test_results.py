@@ -1,11 +1,11 @@
-"""Where results go (``toyrl.results``): the shipped data/ tree only with --update-shipped, files written whole,
+"""Where results go (``toyrl.lab.results``): the shipped data/ tree only with --update-shipped, files written whole,
 and ``toyrl precompute``'s folders."""
 import os
 from pathlib import Path
 
 import pytest
 
-from toyrl.results import SHIPPED, atomic_write, out_dir, shipped_dir
+from toyrl.lab.results import SHIPPED, atomic_write, out_dir, shipped_dir
 
 
 def test_out_dir_defaults_to_the_cwd_and_guards_the_shipped_tree(tmp_path, monkeypatch):

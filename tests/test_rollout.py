@@ -6,7 +6,7 @@ import torch
 from toyrl.envs import VOID, make_core
 from toyrl.policies import make_policy
 from toyrl.rollout import ToyCodec, build_context, recompute_logp, rollout
-from toyrl.tree import branch_weights, tree_rollout
+from toyrl.rollout.tree import branch_weights, tree_rollout
 
 from conftest import NoCache
 

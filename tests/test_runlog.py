@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import toyrl
-from toyrl.runlog import RunLog, decode, encode
+from toyrl.train.runlog import RunLog, decode, encode
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "data" / "runs" / "echo_trap" / "grpo_s0.jsonl"

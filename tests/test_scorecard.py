@@ -9,11 +9,11 @@ import pytest
 import torch
 from conftest import assert_figure_standard, line_data
 
-from toyrl.scorecard import (BASE, DIALS, build_record, cell_config, design, paired_effect, rebuild, run_metrics,
-                             run_scorecard, summary)
-from toyrl.scorecard_mi import REGIMES, cross_score_mi, cross_scores, first_turn_pairs, regime
-from toyrl.scorecard_plot import (cell_series, effect_sign, heatmap_data, load_scorecard, marginal_effects,
-                                  plot_cell, write_figure)
+from toyrl.lab.scorecard import (BASE, DIALS, build_record, cell_config, design, paired_effect, rebuild, run_metrics,
+                                 run_scorecard, summary)
+from toyrl.lab.scorecard.mi import REGIMES, cross_score_mi, cross_scores, first_turn_pairs, regime
+from toyrl.lab.scorecard.plot import (cell_series, effect_sign, heatmap_data, load_scorecard, marginal_effects,
+                                      plot_cell, write_figure)
 
 L8, L2 = math.log(0.8), math.log(0.2)
 
@@ -59,7 +59,7 @@ def test_regime_labels_the_four_corners():
 
 
 def _codec():
-    from toyrl.toycodec import ToyCodec
+    from toyrl.codecs.toy import ToyCodec
     return ToyCodec(n_think=2, n_actions=4, n_obs=20, think_max=3)       # think 5-6, END 4, actions 7-10
 
 
@@ -184,7 +184,7 @@ def test_two_cell_slice_end_to_end(tmp_path):
 
 
 def test_probe_does_not_change_the_training_run():
-    from toyrl.scorecard import run_one
+    from toyrl.lab.scorecard import run_one
     cfg = cell_config(BASE, steps=2)
     a, b = run_one((cfg, 0, 1)), run_one((cfg, 0, 0))
     assert a["series"] == b["series"] and len(a["diag"]["step"]) == 3 and b["diag"] == {"step": []}
@@ -199,7 +199,7 @@ def test_cli_scorecard_unknown_env_is_one_line_exit_2(capsys):
 
 
 def test_select_cells_by_count_or_name():
-    from toyrl.scorecard import select_cells
+    from toyrl.lab.scorecard import select_cells
     assert select_cells(2) == design()[:2] and len(select_cells()) == 13
     got = select_cells(["grpo/ppo/token-mean/none", "grpo/sapo/token-mean/none"])
     assert [c["clip"] for c in got] == ["ppo", "sapo"]
@@ -216,7 +216,7 @@ def test_notebook_11_exercises():
 def test_cli_scorecard_writes_the_card(tmp_path, capsys, monkeypatch):
     """Under ./toyrl-results/scorecard/ by default: the shipped card is replaced only with --update-shipped."""
     from toyrl.cli import main
-    from toyrl.scorecard import REPO
+    from toyrl.lab.scorecard import REPO
     shipped = {p: p.read_bytes() for p in (REPO / "data" / "scorecard").iterdir()}
     monkeypatch.chdir(tmp_path)
     assert main(["scorecard", "--cells", "1", "--seeds", "1", "--steps", "2", "--workers", "1"]) == 0
@@ -231,7 +231,7 @@ def test_cli_scorecard_writes_the_card(tmp_path, capsys, monkeypatch):
 
 
 def test_shipped_scorecard_is_the_default_and_follows_from_its_runs():
-    from toyrl.scorecard import REPO, cell_name
+    from toyrl.lab.scorecard import REPO, cell_name
     record, runs = load_scorecard(REPO / "data" / "scorecard")
     assert [c["name"] for c in record["cells"]] == [cell_name(c) for c in design()]
     assert record["seeds"] == list(range(10)) and record["setting"]["steps"] == 50 and not record["setting"]["quick"]
@@ -243,7 +243,7 @@ def test_shipped_scorecard_is_the_default_and_follows_from_its_runs():
 
 def test_shipped_scorecard_figures_meet_the_standard():
     """The figures of notebook 11 on the shipped scorecard: a title naming the setting, labelled axes, no overlap."""
-    from toyrl.scorecard import REPO
+    from toyrl.lab.scorecard import REPO
     record, runs = load_scorecard(REPO / "data" / "scorecard")
     st, n = record["setting"], len(record["seeds"])
     assert_figure_standard(write_figure(record), st["env"], f"{st['steps']} steps", f"{n} seeds/cell")

@@ -10,11 +10,12 @@ from toyrl.cli import main as cli_main
 from toyrl.envs import make_core
 from toyrl.envs.core import VOID
 from toyrl.policies import TinyLM
-from toyrl.policies.factory import build_policy, check_policy_name, is_policy_name, policy_names
+from toyrl.train.build import build_policy, check_policy_name, is_policy_name, policy_names
 from toyrl.policies.tinylm import DEFAULT_CHECKPOINT, build_tokenizer
-from toyrl.pretrain import bc_examples, greedy_success, pretrain
+from toyrl.train.pretrain import bc_examples, greedy_success, pretrain
 from toyrl.rollout import recompute_logp, rollout
-from toyrl.textcodec import (TextCodec, WordTokenizer, compact_text, repetition_rate, text_template_stats)
+from toyrl.codecs.text import TextCodec, WordTokenizer, compact_text
+from toyrl.diagnostics import repetition_rate, text_template_stats
 from toyrl.train import RunLog, TrainConfig, Trainer
 
 
@@ -124,7 +125,7 @@ def test_pretrain_lowers_the_loss_and_cli(tmp_path):
     losses = pretrain(model, steps=6, batch_size=8, envs={"gridworld": {"size": 4, "max_turns": 10}},
                       verbose=False)
     assert losses[-1] < losses[0]
-    from toyrl.pretrain import main
+    from toyrl.train.pretrain import main
     assert main(["--steps", "2", "--batch-size", "4", "--no-eval", "--out", str(tmp_path / "c.pt")]) == 0
     assert is_policy_name(f"tinylm:{tmp_path / 'c.pt'}")
     assert TinyLM.load(tmp_path / "c.pt").trained_context == ("last_k", 1)          # what its BC data read

@@ -123,7 +123,7 @@ def test_config_validation():
 
 def test_demo_runs(tmp_path):
     """The demo's two arms (one seed, 2 steps, in-process) give its summary and its figure."""
-    from toyrl.demo import run_demo
+    from toyrl.lab.demo import run_demo
     summary = run_demo(out=str(tmp_path / "demo.png"), steps=2, seeds=1, workers=1, progress=False)
     assert set(summary) == {"unmasked", "masked"} and (tmp_path / "demo.png").stat().st_size > 1000
     assert all(0.0 <= s["final_success"] <= 1.0 and s["peak_obs_token_rate"] >= 0.0 for s in summary.values())

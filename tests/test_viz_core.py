@@ -93,8 +93,8 @@ def test_shipped_echo_runs_support_the_notebook():
 
 def test_echo_setting_is_the_ledgers_and_the_stored_runs():
     """One copy of the collapse setting (claims.stability.COLLAPSE_BASE), with the values the stored runs record."""
-    from toyrl.claims import CLAIMS
-    from toyrl.claims.stability import COLLAPSE_BASE
+    from toyrl.lab.claims import CLAIMS
+    from toyrl.lab.claims.stability import COLLAPSE_BASE
     assert echo.ECHO_BASE == {**COLLAPSE_BASE, "steps": 120} and CLAIMS["echo_collapse"].base is COLLAPSE_BASE
     with open(echo.DATA_DIR / "grpo_s0.jsonl") as f:
         stored = json.loads(f.readline())["config"]

@@ -19,7 +19,7 @@ from toyrl.viz.prototype import RUNS_DIR, arm_curves, load_sweep
 
 # ---- toyrl demo's figure --------------------------------------------------------------------------
 def test_demo_figure_names_its_setting(tmp_path):
-    from toyrl.demo import PANELS, _figure
+    from toyrl.lab.demo import PANELS, _figure
     rng = np.random.default_rng(0)
     series = {arm: {s: {k: rng.random(12).tolist() for k, _, _ in PANELS} for s in (3, 4, 5)}
               for arm in ("unmasked", "masked")}

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from conftest import assert_figure_standard, assert_no_overlap
 
-from toyrl.config import TrainConfig
+from toyrl.train.config import TrainConfig
 from toyrl.envs import make_core
-from toyrl.runlog import RunLog
+from toyrl.train.runlog import RunLog
 from toyrl.viz import plots, setting, trajectory
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import assert_curves_drawn, assert_figure_standard, fake_sweep, line_data
 
-from toyrl.claims import CLAIMS
+from toyrl.lab.claims import CLAIMS
 from toyrl.viz import trees
 from toyrl.viz.plots import label
 from toyrl.viz.prototype import RUNS_DIR, arm_curves, final_mean, load_sweep

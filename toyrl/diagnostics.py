@@ -19,7 +19,8 @@ one (``STATS_OVER`` says how, and every run-log header carries it as ``stats_ove
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import re
+from typing import Iterable, Optional, Sequence
 
 import torch
 
@@ -28,7 +29,8 @@ from .filters import group_reward_std
 from .segments import dense_index, pair_index, segment_count, segment_sum
 
 __all__ = ["reward_variance", "grad_norm_per_turn", "grad_norm_per_turn_proxy", "obs_boundary_masks",
-           "turn_template_ids", "template_entropy_mi", "pool_loss_stats", "stability_report", "STATS_OVER"]
+           "turn_template_ids", "template_entropy_mi", "pool_loss_stats", "stability_report", "STATS_OVER",
+           "text_template_stats", "repetition_rate"]
 
 NAN = float("nan")
 POOL_MEAN = ("loss", "loss_pg", "kl_ref", "clip_frac", "clip_frac_high", "clip_frac_low", "extra_frac", "ratio_mean",
@@ -278,3 +280,28 @@ def stability_report(batch: TurnBatch, info: Optional[dict] = None, *, reward: O
         row["grad_norm_max_turn"] = max(row["grad_norm_turn"], default=0.0)
     return row
 
+
+# ---- text replies (TinyLM, hf: policies) ------------------------------------------------------------
+def _ids(items) -> torch.Tensor:
+    index: dict = {}
+    return torch.tensor([index.setdefault(x, len(index)) for x in items], dtype=torch.long)
+
+
+def text_template_stats(texts: Sequence[str], tasks: Sequence) -> tuple[float, float]:
+    """H(template) and MI(template; task) in nats, where a reply's template is its text with every
+    bracket argument and digit run blanked (RAGEN's template collapse: replies that stop depending on
+    the input have high H, zero MI). Example: ["search[A]", "search[B]"] for tasks [0, 1] -> one
+    template, (0.0, 0.0); ["search[A]", "answer[B]"] -> (log 2, log 2)."""
+    tpl = [re.sub(r"\d+", "#", re.sub(r"\[[^\]]*\]?", "[_]", t)) for t in texts]
+    return template_entropy_mi(_ids(tpl), _ids(tasks))
+
+
+def repetition_rate(episodes_texts: Sequence[Sequence[str]]) -> float:
+    """Fraction of turns (after the first) whose reply repeats the episode's previous reply word for
+    word, the echo of a policy stuck in a loop. Example: [["a", "a", "b"]] -> 0.5."""
+    rep = tot = 0
+    for texts in episodes_texts:
+        for prev, cur in zip(texts, texts[1:]):
+            rep += prev == cur
+            tot += 1
+    return rep / tot if tot else 0.0

@@ -12,7 +12,7 @@ learned models), ``tree`` (Tree-GRPO), ``reverse_turn`` (RTPO), ``progress`` (SP
 (EMPG), ``info_gain`` (A2TGPO), ``peers`` (GDPO, OTB). Each docstring gives the equation, arXiv id,
 defaults and an example. Shared moves: ``base`` (shape checks, group normalization, turn placement)
 and ``scan`` (pack the policy tokens, discounted scan, unpack).
-``REFERENCE[name](batch, **kw)`` is the same estimator written as plain loops (``reference.py``).
+``REFERENCE[name](batch, **kw)`` is the same estimator written as plain loops (``reference/``).
 ``ESTIMATORS[name].needs`` lists what an estimator reads besides rewards and group ids, in the
 vocabulary of ``NEEDS`` (``needs.py``); ``fit.py`` holds the one-step fits of the learned models.
 """

@@ -31,7 +31,7 @@ def check_void(answer):
 @exercise("09.template")
 def check_template(answer):
     """answer: (H, MI) of text_template_stats for the replies and tasks given in the notebook."""
-    from ..textcodec import text_template_stats
+    from ..diagnostics import text_template_stats
     want = text_template_stats(["search[Valby]", "search[Osto Ulorvis]", "answer[archivist]", "answer[1842]"],
                                [0, 0, 1, 1])
     h, mi = (float(x) for x in answer)

@@ -13,7 +13,7 @@ SCORES = [[math.log(0.9), math.log(0.1)], [math.log(0.1), math.log(0.9)]]
 def mi_ex(answer):
     """I(X;Z) in nats of SCORES with columns [0, 1] (sample i came from prompt i)."""
     import torch
-    from ..scorecard_mi import cross_score_mi
+    from ..lab.scorecard.mi import cross_score_mi
     want = cross_score_mi(torch.tensor(SCORES), torch.tensor([0, 1]), torch.ones(2))["mi_seq"]
     if abs(float(answer) - want) < 1e-3:
         return True, f"{want:.3f} nats = log(0.9 / 0.5): close to the bound log 2 = 0.693, the reasoning names its prompt."
@@ -23,7 +23,7 @@ def mi_ex(answer):
 @exercise("11.regime")
 def regime_ex(answer):
     """The RAGEN-2 regime of a cell with per-token H(Z|X) = 1.3 nats and I(X;Z) = 0.0 (n_think 4, N = 8)."""
-    from ..scorecard_mi import regime
+    from ..lab.scorecard.mi import regime
     want = regime(1.3, 0.0, h_ref=math.log(4), mi_ref=math.log(8))
     if str(answer).strip().lower() == want:
         return True, "diverse reasoning that ignores the input: a template, which the entropy alone would call healthy."

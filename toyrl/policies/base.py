@@ -82,7 +82,7 @@ class TokenPolicy(Protocol):
         that follow that call's generated tokens, and the result equals a call on the whole prefix.
         ``constraint``: an object with ``allowed() -> (B, V) bool`` (asked before each step, used
         instead of ``allowed``) and ``advance(tok, logp_all, live)`` (told each step's tokens), for
-        sampling sets that depend on what a row wrote so far (``toyrl.toycodec.GrammarRun``)."""
+        sampling sets that depend on what a row wrote so far (``toyrl.codecs.toy.GrammarRun``)."""
         ...
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,

@@ -14,7 +14,7 @@ which persists across turns (``HFPast``): the next turn feeds only the environme
 Positions count real tokens only (cache slots of padding take none), and a call that would need more
 than the model's ``n_positions`` / ``max_position_embeddings`` (``position_limit``) raises a
 ValueError up front instead of an IndexError in the position embeddings; the trainer checks the
-whole episode before the first rollout (``toyrl.policies.limits.check_context``).
+whole episode before the first rollout (``toyrl.train.limits.check_context``).
 
 The model is loaded with ``local_files_only=True``: the path must exist on disk (no hub download at
 run time). ``lora={"r": 8, "alpha": 16}`` wraps the model in LoRA adapters with ``peft`` when it is
@@ -31,7 +31,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..textcodec import TEMPLATES, TextCodec
+from ..codecs.text import TEMPLATES, TextCodec
 from .base import Decode, Generation, positions_from_mask, sample_step, teacher_forced
 
 __all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings"]

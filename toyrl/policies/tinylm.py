@@ -6,7 +6,7 @@ vocabulary (``WordTokenizer``: env words and characters) and its codec (``TextCo
 ``render_text`` and its reply is parsed by ``parse_action``, so a malformed reply is a void turn.
 
 The shipped checkpoint ``data/checkpoints/tinylm.pt`` (``TinyLM.load``) is behaviour-cloned on the
-shipped demonstrations by ``toyrl pretrain`` (``toyrl.pretrain``, beside the trainer); notebook 9's
+shipped demonstrations by ``toyrl pretrain`` (``toyrl.train.pretrain``, beside the trainer); notebook 9's
 runs of it live in ``toyrl.viz.small_llm``.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from ..textcodec import TextCodec, WordTokenizer
+from ..codecs.text import TextCodec, WordTokenizer
 from .toy import ToyTransformer, ToyTransformerConfig
 
 __all__ = ["TinyLM", "TINYLM_PRESET", "DEFAULT_CHECKPOINT", "build_tokenizer"]
@@ -30,7 +30,7 @@ TINYLM_PRESET = dict(d_model=64, n_layer=2, n_head=4, max_len=1024)
 def build_tokenizer() -> WordTokenizer:
     """The vocabulary of every shipped env text: demo transcripts, and the whole MockSearch KB
     (documents, questions, distractors and every action), so each entity name is one token."""
-    from ..demos import load_demos
+    from ..envs.experts import load_demos
     from ..envs import make_core
     texts = []
     for env in ("gridworld", "bandit_chain", "mock_search"):
@@ -75,7 +75,7 @@ class TinyLM(ToyTransformer):
 
     @property
     def trained_context(self) -> Optional[tuple]:
-        """(context, context_k) the checkpoint was trained with (its meta: ``toyrl.pretrain.PRETRAIN_CONTEXT``
+        """(context, context_k) the checkpoint was trained with (its meta: ``toyrl.train.pretrain.PRETRAIN_CONTEXT``
         for the shipped one), None if it does not say."""
         meta = getattr(self, "meta", None) or {}
         return (meta["context"], int(meta.get("context_k", 1))) if meta.get("context") else None

@@ -277,7 +277,7 @@ class ToyTransformer(nn.Module):
         then one forward pass of length 1. A step's logp/entropy are of softmax(logits / temperature)
         restricted to ``allowed`` (also for ``greedy``, which takes its argmax). With ``past`` (the
         previous turn's ``Generation.past``) only the new context tokens are run through the model.
-        ``constraint`` (e.g. a ``toyrl.toycodec.GrammarRun``) replaces ``allowed`` by a per-row set that
+        ``constraint`` (e.g. a ``toyrl.codecs.toy.GrammarRun``) replaces ``allowed`` by a per-row set that
         depends on what the row wrote so far: ``constraint.allowed()`` (B, V) before each step,
         ``constraint.advance(tok, logp_all, live)`` after it.
         """

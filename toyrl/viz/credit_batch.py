@@ -33,11 +33,12 @@ import numpy as np
 import torch
 
 from ..credit import ESTIMATORS
-from ..demos import ScriptedPolicy, expert_actions
+from ..policies.scripted import ScriptedPolicy
+from ..envs.experts import expert_actions
 from ..envs import make_core
 from ..envs.core import VOID
 from ..envs.gridworld import HOLE, MAPS, goal_distance, map_to_array
-from ..rollout import Episode, ToyCodec, play, to_rollout
+from ..rollout.engine import Episode, ToyCodec, play, to_rollout
 from .setting import env_setting
 
 __all__ = ["CreditBatch", "make_credit_batch", "noisy_expert", "play_scripted", "ESTIMATOR_NEEDS", "NEED_SUPPLY",

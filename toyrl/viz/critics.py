@@ -26,7 +26,7 @@ import torch
 
 from ..batch import discounted_returns
 from ..credit.critics import DoubleCritic, TurnCritic, archer, archer_losses, soft_update, value_loss
-from ..demos import expert_actions, process_scores
+from ..envs.experts import expert_actions, process_scores
 from ..envs import make_core
 from ..train import TrainConfig
 from .prototype import arms_figure, sweep_precompute

@@ -29,9 +29,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..claims.stability import COLLAPSE_BASE
-from ..results import atomic_write
-from ..runlog import RunLog, encode
+from ..lab.claims.stability import COLLAPSE_BASE
+from ..lab.results import atomic_write
+from ..train.runlog import RunLog, encode
 from ..train import TrainConfig, train
 from .plots import log_columns, mark_steps, new_figure, smooth
 

@@ -27,7 +27,7 @@ import torch
 from ..credit import ESTIMATORS, register_estimator, token_advantages
 from ..port.verl_credit import batch_from_verl, compute_grpo_outcome_advantage
 from ..port.verl_loader import load_core_algos
-from ..results import atomic_write
+from ..lab.results import atomic_write
 from ..train import TrainConfig, train
 from .plots import label, legend
 

@@ -31,9 +31,9 @@ from ..credit import ESTIMATORS
 from ..diagnostics import grad_norm_per_turn
 from ..objectives import CLIP_SCHEMES, loss_mask, policy_loss
 from ..envs import make_core
-from ..policies.factory import build_policy
-from ..demos import ScriptedPolicy
-from ..rollout import Episode, play, recompute_logp, to_rollout
+from ..train.build import build_policy
+from ..policies.scripted import ScriptedPolicy
+from ..rollout.engine import Episode, play, recompute_logp, to_rollout
 from .credit_batch import noisy_expert
 from .plots import legend, new_figure
 

@@ -2,7 +2,7 @@
 
 ``SMALL_LLM_RUNS`` names each run's ``TrainConfig`` fields; ``run_small_llm`` trains one and adds to every
 row the text-level Echo Trap signals of the step's rollout (RAGEN, arXiv 2504.20073): the template
-entropy H and mutual information MI of the replies (``toyrl.textcodec.text_template_stats``) and the
+entropy H and mutual information MI of the replies (``toyrl.diagnostics.text_template_stats``) and the
 repetition rate. ``load_small_llm`` reads the stored runs of ``data/runs/small_llm/`` (or recomputes
 them); ``reply_panel`` is the temperature slider's pure function.
 
@@ -20,9 +20,10 @@ import torch
 
 from ..envs import make_core
 from ..policies.tinylm import DEFAULT_CHECKPOINT, TinyLM
-from ..pretrain import PRETRAIN_ENVS
-from ..rollout import rollout
-from ..textcodec import repetition_rate, text_template_stats, turn_texts
+from ..train.pretrain import PRETRAIN_ENVS
+from ..rollout.engine import rollout
+from ..diagnostics import repetition_rate, text_template_stats
+from ..codecs.text import turn_texts
 from ..train import TrainConfig, Trainer
 
 __all__ = ["RUNS_DIR", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel"]

@@ -24,8 +24,8 @@ import torch
 
 from ..envs import make_core
 from ..envs.core import VOID
-from ..policies.factory import build_policy
-from ..rollout import Rollout, rollout, to_rollout
+from ..train.build import build_policy
+from ..rollout.engine import Rollout, rollout, to_rollout
 from .credit_batch import noisy_expert, play_scripted
 from .plots import KIND_COLORS, KINDS, log_columns, new_figure, plot_log
 from .setting import rollout_setting, run_setting

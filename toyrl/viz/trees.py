@@ -4,12 +4,12 @@ Dimension legend: B leaves (rows), H turns, P tasks, G group size, S seeds, N st
 
 ``TrainConfig(rollout="tree" | "arpo" | "patr")`` replaces G independent episodes per task by a
 tree per task grown until it has generated as many tokens as G independent episodes would have
-(``toyrl.tree.tree_rollout``); siblings share a prefix, so their comparison isolates the turns
+(``toyrl.rollout.tree.tree_rollout``); siblings share a prefix, so their comparison isolates the turns
 after the branch point. ``t2po_eta`` regenerates turns whose uncertainty stalled (T2PO), which
 spends extra tokens. The turns of a shared prefix carry one node id (``TurnBatch.node``), which is
 all ``tree_edges`` needs to draw the tree.
 
-Every arm plays the claims ledger's ``tree_rollout`` setting (``toyrl.claims.credit``): random 4x4 lakes (a new
+Every arm plays the claims ledger's ``tree_rollout`` setting (``toyrl.lab.claims.credit``): random 4x4 lakes (a new
 map per task, 12 turns at most), P=4 tasks x G=8. Two success rates are logged, and they are not the same thing:
 
 - ``success_rate``: the success of the training batch's rows. For a tree arm the rows are leaves that share

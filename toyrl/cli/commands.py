@@ -1,0 +1,260 @@
+"""The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | plot | compare |
+precompute | pretrain | bench``.
+
+Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
+``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cli.trainflags``): one flag per
+field by its own name, its docstring as help; ``sweep`` takes several values for any field and runs
+their product. An unknown name prints one line naming the flag and the valid names and exits with
+code 2 (no traceback) before any work starts. ``sweep`` and ``scorecard`` run their per-run jobs
+through ``toyrl.lab.parallel.run_tasks``: ``--backend process`` (a spawn pool, the default) or
+``--backend ray`` (``--ray-address`` joins an existing cluster; otherwise a local instance).
+``reproduce``, ``scorecard`` and ``precompute`` write under ``--out-dir`` or ``./toyrl-results/``, never into the
+shipped ``data/`` tree without ``--update-shipped`` (``toyrl.lab.results``).
+
+The parser is quick to build: heavy modules (torch) are imported by the command that needs them, and the
+``train`` / ``sweep`` flags, which need ``TrainConfig`` and the registries, are added only when that subcommand
+is chosen (``LazyChoices``), so ``toyrl --help`` or a mistyped subcommand answers at once.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import warnings
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from .args import AtLeast, UsageError, choose, values
+from .results import add_backend_flags, add_precompute, add_reproduce, add_scorecard
+from ..envs import ENVS
+from .runplot import add_run_commands
+
+BENCHES = {"envs": "toyrl.lab.bench.envs", "credit": "toyrl.lab.bench.credit", "train": "toyrl.lab.bench.train"}
+TRAINFLAGS = ("ALIASES", "REGISTRIES", "TRAIN_SYNTAX", "SWEEP_SYNTAX", "add_train_flags", "checked_trainer",
+              "configs_from")
+"""names of ``toyrl.cli.trainflags`` (torch) this module also offers, imported on first use (PEP 562)"""
+
+
+def __getattr__(name):
+    if name in TRAINFLAGS:
+        from . import trainflags
+        return getattr(trainflags, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+SUMMARY_KEYS = ("reward_mean", "success_rate", "reward_std", "zero_var_frac", "grad_norm", "clip_frac",
+                "ratio_max", "void_turn_rate")
+
+
+def summarize(rows, last: int = 10) -> dict:
+    """Mean of the summary metrics over the last ``last`` rows."""
+    tail = rows[-last:]
+    return {k: sum(r.get(k) or 0.0 for r in tail) / max(len(tail), 1) for k in SUMMARY_KEYS}
+
+
+def cmd_envs(args) -> int:
+    import gymnasium as gym
+
+    for name, (gym_id, core_cls) in ENVS.items():
+        env = gym.make(gym_id).unwrapped
+        doc = (env.__doc__ or "").strip().splitlines()[0]
+        print(f"{name:14s} {gym_id:22s} actions={env.action_space.n:<4d} {doc}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .trainflags import checked_trainer, configs_from
+    cfg, = configs_from(args)
+    log = checked_trainer(cfg, args.out).run()
+    s = summarize(log.rows)
+    print(f"{cfg.estimator}/{cfg.clip} on {cfg.env}, {cfg.steps} steps, seed {cfg.seed}: "
+          + ", ".join(f"{k}={v:.3f}" for k, v in s.items()) + (f"  -> {args.out}" if args.out else ""))
+    return 0
+
+
+def _sweep_one(job):
+    import torch
+    torch.set_num_threads(1)
+    from ..train import train
+    cfg, path = job
+    log = train(cfg, path)
+    return path, summarize(log.rows)
+
+
+def run_name(cfg, swept) -> str:
+    """``env__estimator__clip`` + ``__field-value`` for each other swept field + ``__seedN``."""
+    parts = [cfg.env, cfg.estimator, cfg.clip]
+    for name in swept:
+        if name not in ("env", "estimator", "clip", "seed"):
+            text = json.dumps(getattr(cfg, name), separators=(",", ":")).strip('"')
+            parts.append(f"{name}-" + "".join(c for c in text if c.isalnum() or c in "._-=,"))
+    return "__".join(parts) + f"__seed{cfg.seed}"
+
+
+def cmd_sweep(args) -> int:
+    from ..train import TrainConfig
+    from .trainflags import checked_trainer, configs_from
+    out_dir = Path(args.out_dir)
+    swept = [name for name, alts in values(args, TrainConfig, multi=True).items() if len(alts) > 1]
+    jobs, seen = [], {}
+    for cfg in configs_from(args, multi=True, progress=False):
+        name = run_name(cfg, swept)
+        seen[name] = seen.get(name, -1) + 1                  # equal values twice: name the repeats __1, __2
+        jobs.append((cfg, str(out_dir / (name + (f"__{seen[name]}" if seen[name] else "") + ".jsonl"))))
+    checked = set()
+    for cfg, _ in jobs:                                       # every run can start (before any work); what the
+        key = json.dumps(asdict(replace(cfg, seed=0)), sort_keys=True, default=str)   # Trainer checks does
+        if key not in checked:                                # not depend on the seed: one Trainer per config
+            checked.add(key)
+            checked_trainer(cfg)
+    print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/")
+    from ..lab.parallel import run_tasks
+    results = run_tasks(_sweep_one, jobs, workers=args.workers, backend=args.backend, address=args.ray_address,
+                        progress=sys.stderr.isatty(), desc="sweep")
+    for path, s in results:
+        print(f"{Path(path).name:60s} reward={s['reward_mean']:.3f} success={s['success_rate']:.3f} "
+              f"std={s['reward_std']:.3f}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    import torch
+    torch.set_num_threads(1)                     # the toy model is too small to gain from a second thread
+    from ..lab.demo import run_demo
+    run_demo(out=args.out, steps=args.steps, seed=args.seed)
+    return 0
+
+
+def cmd_demos(args) -> int:
+    from ..envs.experts import DEMO_CONFIGS, write_demos
+    sizes = {"gridworld": 200, "bandit_chain": 20, "mock_search": 72}
+    for env in args.env or list(DEMO_CONFIGS):
+        choose("env", env, DEMO_CONFIGS)
+        path = write_demos(env, args.n or sizes[env], seed=args.seed)
+        print(f"{env}: {args.n or sizes[env]} expert episodes -> {path}")
+    return 0
+
+
+def cmd_pretrain(args) -> int:
+    from ..train.pretrain import main as pretrain_main
+    pretrain_main(args.rest)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    choose("benchmark", args.name, BENCHES)
+    module = importlib.import_module(BENCHES[args.name])
+    module.main(args.rest)
+    return 0
+
+
+class LazyChoices(dict):
+    """Subcommand name -> its parser, for argparse's subparsers action; ``builders[name]`` adds a parser's
+    arguments the first time argparse looks the name up (``parser = choices[name]``, when it is chosen), so
+    building the top-level parser and ``toyrl --help`` import nothing a subcommand's flags need."""
+
+    def __init__(self):
+        super().__init__()
+        self.builders = {}
+
+    def __getitem__(self, name):
+        parser = super().__getitem__(name)
+        build = self.builders.pop(name, None)
+        if build is not None:
+            build(parser)
+        return parser
+
+
+def lazy_subparsers(p: argparse.ArgumentParser):
+    """``p.add_subparsers`` whose parsers may be completed on first use (``LazyChoices``)."""
+    sub = p.add_subparsers(dest="command", required=True)
+    sub._name_parser_map = sub.choices = LazyChoices()     # where argparse looks a chosen subcommand up
+    return sub
+
+
+def build_train(t: argparse.ArgumentParser) -> None:
+    """``toyrl train``: one flag per TrainConfig field (imports toyrl.cli.trainflags, and so torch)."""
+    from .trainflags import TRAIN_SYNTAX, add_train_flags
+    t.epilog = TRAIN_SYNTAX
+    add_train_flags(t)
+    t.add_argument("--out", default=None, help="run log path (JSON lines)")
+
+
+def build_sweep(s: argparse.ArgumentParser) -> None:
+    """``toyrl sweep``: every TrainConfig field takes several values."""
+    from .trainflags import SWEEP_SYNTAX, add_train_flags
+    s.epilog = SWEEP_SYNTAX
+    add_train_flags(s, multi=True)
+    s.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
+    s.add_argument("--out-dir", default="runs")
+    add_backend_flags(s)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="toyrl", description="Multi-turn agent RL, small enough to see.")
+    sub = lazy_subparsers(p)
+    sub.add_parser("envs", help="list the environments").set_defaults(func=cmd_envs)
+    sub.add_parser("train", help="train one configuration, write a JSON-lines run log",
+                   description="One flag per TrainConfig field, by its own name.").set_defaults(func=cmd_train)
+    sub.add_parser("sweep", help="configurations x seeds in parallel processes, one log each",
+                   description="Every TrainConfig field takes several values; the sweep runs their product "
+                   "(e.g. --estimator grpo gigpo --seed 0 1: four runs).").set_defaults(func=cmd_sweep)
+    sub.choices.builders.update(train=build_train, sweep=build_sweep)
+    add_scorecard(sub)
+    d = sub.add_parser("demo", help="training on env tokens collapses a free-sampling policy, masking them "
+                                      "prevents it (3 seeds): summary table and a figure")
+    d.add_argument("--steps", action=AtLeast, default=None, help="RL steps per run")
+    d.add_argument("--seed", action=AtLeast, minimum=0, default=0)
+    d.add_argument("--out", default="toyrl_demo.png", help="figure path")
+    d.set_defaults(func=cmd_demo)
+    dm = sub.add_parser("demos", help="write the expert demonstrations shipped in data/demos/")
+    dm.add_argument("--env", nargs="+", default=None)
+    dm.add_argument("--n", action=AtLeast, default=None, help="episodes per env")
+    dm.add_argument("--seed", action=AtLeast, minimum=0, default=0)
+    dm.set_defaults(func=cmd_demos)
+    add_reproduce(sub)
+    add_run_commands(sub)                                  # plot, compare (toyrl.cli.runplot)
+    add_precompute(sub)
+    pt = sub.add_parser("pretrain", help="behaviour-clone TinyLM on data/demos/ -> data/checkpoints/tinylm.pt")
+    pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain --help)")
+    pt.set_defaults(func=cmd_pretrain)
+    b = sub.add_parser("bench", help=f"run a benchmark ({', '.join(BENCHES)})")
+    b.add_argument("name")
+    b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def interrupted(args) -> str:
+    """The one line Ctrl-C prints: for ``train --out``, where the log so far is and how many rows it holds."""
+    from ..train.runlog import RunLog
+    path = getattr(args, "out", None) if getattr(args, "command", None) == "train" else None
+    try:
+        with warnings.catch_warnings():                      # a torn last row is skipped, not news here
+            warnings.simplefilter("ignore")
+            return f"toyrl: interrupted; the log so far is in {path} ({len(RunLog.load(path).rows)} rows)"
+    except (OSError, TypeError, ValueError):                 # no --out, no file yet, or not a run log
+        return "toyrl: interrupted"
+
+
+def main(argv=None) -> int:
+    """Run a subcommand: 0 on success, 2 with one line for a bad name or value, 130 with one line on Ctrl-C."""
+    args = None
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["pretrain"]:                # its flags are pretrain's own: `toyrl pretrain --steps 10` as written
+        return cmd_pretrain(argparse.Namespace(rest=argv[1:]))
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except UsageError as e:
+        print(f"toyrl: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(interrupted(args), file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The commands that write results: ``toyrl reproduce`` (the claims ledger), ``toyrl scorecard`` and
+``toyrl precompute`` (the runs the notebooks load).
+
+Each writes under ``--out-dir D`` (alias ``--out``) or, by default, ``./toyrl-results/<kind>/`` in the current
+directory; the shipped results in the checkout's ``data/`` tree (and the README claims table) are replaced only
+with ``--update-shipped`` (``toyrl.lab.results.out_dir``; a folder on the wrong side of ``data/`` is a one-line
+usage error before any work):
+
+    toyrl reproduce env_mask --quick --seeds 3                  # -> ./toyrl-results/claims/env_mask.{json,png,...}
+    toyrl reproduce env_mask --update-shipped                   # -> data/claims/ and the README table
+    toyrl precompute void --out-dir mine                        # -> mine/void/filter.json
+
+A claim's, a card's or a run's files are written whole once its runs are done (``toyrl.lab.results.atomic_write``),
+so Ctrl-C leaves the previous ones as they were. Heavy modules are imported inside the commands.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from .args import AtLeast, UsageError, choose
+
+__all__ = ["PRECOMPUTE", "add_out_flags", "results_out", "add_backend_flags", "add_scorecard", "add_reproduce",
+           "add_precompute", "cmd_scorecard", "cmd_reproduce", "cmd_precompute"]
+
+PRECOMPUTE = {"echo_trap": "toyrl.viz.echo", "void": "toyrl.viz.void", "context": "toyrl.viz.context",
+              "critics": "toyrl.viz.critics", "trees": "toyrl.viz.trees", "aggregation": "toyrl.viz.aggregation",
+              "prototype": "toyrl.viz.prototype"}
+"""notebook data: NAME -> the module whose ``precompute(out_dir)`` writes it (by default the shipped data/runs/NAME/)"""
+
+
+def add_out_flags(p: argparse.ArgumentParser, kind: str, what: str) -> None:
+    """--out-dir (alias --out) and --update-shipped: where a command's results go (``toyrl.lab.results.out_dir``)."""
+    p.add_argument("--out-dir", "--out", dest="out_dir", default=None,
+                   help=f"where {what} go (default ./toyrl-results/{kind}/ in the current directory)")
+    p.add_argument("--update-shipped", action="store_true",
+                   help=f"replace the shipped results in the checkout's data/{kind}/ instead (maintainers)")
+
+
+def results_out(args, kind: str) -> Path:
+    """The folder of ``kind`` results from --out-dir / --update-shipped; a folder on the wrong side of the shipped
+    tree is a one-line usage error, before any work."""
+    from ..lab.results import out_dir
+    try:
+        return out_dir(kind, args.out_dir, update_shipped=args.update_shipped)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def add_backend_flags(p: argparse.ArgumentParser) -> None:
+    """--backend and --ray-address (toyrl.lab.parallel.run_tasks)."""
+    from ..lab.parallel import BACKENDS
+    p.add_argument("--backend", choices=BACKENDS, default="process",
+                   help="where the runs go: process (a local process pool, the default) or ray (Ray tasks)")
+    p.add_argument("--ray-address", default=None,
+                   help="address of an existing Ray cluster (e.g. auto, ray://host:10001); default: a local instance")
+
+
+def cmd_scorecard(args) -> int:
+    from ..lab.scorecard import SETTINGS, run_scorecard
+    choose("scorecard env", args.env, SETTINGS)
+    seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
+    out = results_out(args, "scorecard")
+    print(f"scorecard: {args.env}, {seeds} seeds/cell, {'quick' if args.quick else 'full'}, {args.workers} "
+          f"worker(s), backend {args.backend} -> {out}/", flush=True)
+    rec = run_scorecard(seeds=seeds, quick=args.quick, env=args.env, out_dir=out, workers=args.workers,
+                        backend=args.backend, address=args.ray_address, cells=args.cells, steps=args.steps,
+                        progress=sys.stderr.isatty())
+    for c in rec["cells"]:
+        cr, fs = c["collapse_rate"], c["final_success"]
+        print(f"{c['name']:42s} collapse {cr['mean']:.2f} [{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]  final success "
+              f"{fs['mean']:.2f} [{fs['ci95'][0]:.2f}, {fs['ci95'][1]:.2f}]  {c['regime']}")
+    print(f"scorecard: done in {rec['run_time_s']:.0f} s -> {out}/scorecard.json, {out}/scorecard.png")
+    return 0
+
+
+def add_scorecard(sub) -> None:
+    """The ``scorecard`` subcommand (``toyrl.lab.scorecard``)."""
+    sc = sub.add_parser("scorecard", help="the stability scorecard: the four dials x seeds, collapse map and figure",
+                        description="Estimator, clip, aggregation and filter levels, one factor at a time around "
+                        "GRPO/PPO/token-mean/no filter, in the off-policy long-turn regime (toyrl.lab.scorecard).")
+    sc.add_argument("--quick", action="store_true", help="fewer steps and 3 seeds per cell (minutes)")
+    sc.add_argument("--seeds", action=AtLeast, default=None, help="seeds per cell (default 10, 3 under --quick)")
+    sc.add_argument("--env", default="gridworld", help="gridworld (default) or bandit_chain")
+    sc.add_argument("--cells", action=AtLeast, default=None, help="only the first N cells of the design")
+    sc.add_argument("--steps", action=AtLeast, default=None, help="RL steps per run (default 50, 40 under --quick)")
+    sc.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
+    add_out_flags(sc, "scorecard", "scorecard.json / runs.json / scorecard.png")
+    add_backend_flags(sc)
+    sc.set_defaults(func=cmd_scorecard)
+
+
+def cmd_reproduce(args) -> int:
+    out = results_out(args, "claims")
+    from ..lab.claims import CLAIMS, SHIPPED_DIR, redraw, run_claims, write_readme
+    if args.redraw:                                        # figures from the stored series, no runs
+        for name in [choose("claim", name, CLAIMS) for name in args.claims or list(CLAIMS)]:
+            src = out if (out / f"{name}.json").exists() else SHIPPED_DIR      # the out dir's record, else shipped
+            print(redraw(name, out, src))
+        return 0
+    code = run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
+                      workers=args.workers, out_dir=out, progress=not args.no_progress, backend=args.backend,
+                      address=args.ray_address)
+    if code == 0 and args.update_shipped and not args.no_readme:
+        write_readme()                                     # the shipped table: data/claims (+ heldout/)
+    return code
+
+
+def cmd_precompute(args) -> int:
+    names = [choose("precompute target", name, PRECOMPUTE) for name in args.names or list(PRECOMPUTE)]
+    root = results_out(args, "runs")
+    for name in names:                          # --update-shipped alone: the module's own (shipped) default
+        module = importlib.import_module(PRECOMPUTE[name])
+        kw = {} if args.update_shipped and args.out_dir is None else {"out_dir": root / name}
+        print(f"{name}: {module.precompute(**kw)}")
+    return 0
+
+
+def add_reproduce(sub) -> None:
+    """The ``reproduce`` subcommand: ``toyrl reproduce CLAIM... --seeds N --first-seed S --out-dir D --workers W``."""
+    r = sub.add_parser("reproduce", help="the claims ledger: test the source article's claims at toy scale")
+    r.add_argument("claims", nargs="*", help="claim names (default: all)")
+    r.add_argument("--seeds", action=AtLeast, default=10, help="seeds per arm (N: seeds S..S+N-1)")
+    r.add_argument("--first-seed", action=AtLeast, minimum=0, default=0, help="first seed S of the block")
+    r.add_argument("--quick", action="store_true", help="shorter runs (the whole ledger in under 8 minutes)")
+    r.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)), help="worker processes")
+    add_out_flags(r, "claims", "the JSON records, series and figures")
+    r.add_argument("--no-readme", action="store_true",
+                   help="with --update-shipped: do not regenerate the README claims table")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--redraw", action="store_true", help="redraw the figures from the stored series (no runs) "
+                   "into the out dir, from its records or else the shipped ones")
+    add_backend_flags(r)
+    r.set_defaults(func=cmd_reproduce)
+
+
+def add_precompute(sub) -> None:
+    """The ``precompute`` subcommand: ``toyrl precompute [NAME ...] --out-dir D``."""
+    pc = sub.add_parser("precompute", help="recompute the runs the notebooks load (shipped in data/runs/)")
+    pc.add_argument("names", nargs="*", help=f"targets (default: all): {', '.join(PRECOMPUTE)}")
+    add_out_flags(pc, "runs", "the runs, one folder per target (NAME/)")
+    pc.set_defaults(func=cmd_precompute)
+

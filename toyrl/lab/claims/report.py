@@ -1,0 +1,209 @@
+"""Writing a claim's result: the JSON file, its series and its figure (each whole, ``toyrl.lab.results.atomic_write``),
+and the README claims table.
+
+The README table lives between ``<!-- claims:start -->`` and ``<!-- claims:end -->``; only that span
+is replaced, and a README without both markers is left untouched (with a warning).
+"""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..results import atomic_write
+from .spec import smooth, tokens_per_episode
+
+__all__ = ["write_json", "write_series", "load_series", "write_figure", "setting_label", "seed_band", "claims_table",
+           "update_readme", "START", "END"]
+
+START, END = "<!-- claims:start -->", "<!-- claims:end -->"
+
+
+def write_json(path: Path, record: dict) -> None:
+    atomic_write(Path(path), (json.dumps(record, indent=1) + "\n").encode())
+
+
+def _round(v):
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    if isinstance(v, float):
+        return None if not np.isfinite(v) else float(f"{v:.5g}")
+    return v
+
+
+def write_series(path: Path, name: str, runs: dict) -> None:
+    """Every run's series, gzipped JSON: {"claim", "arms": {arm: {seed: {key: [...]}}}} (5 significant digits)."""
+    import gzip
+    arms = {a: {str(s): {k: _round(v) for k, v in r["series"].items()} for s, r in d.items()} for a, d in runs.items()}
+    atomic_write(Path(path), gzip.compress(json.dumps({"claim": name, "arms": arms}).encode(), mtime=0))
+
+
+def load_series(path: Path) -> dict:
+    """arm -> seed (int) -> series, as written by ``write_series`` (None back to NaN)."""
+    import gzip
+    arms = json.loads(gzip.decompress(Path(path).read_bytes()))["arms"]
+    nan = lambda v: [float("nan") if x is None else x for x in v] if isinstance(v, list) else v   # noqa: E731
+    return {a: {int(s): {k: nan(v) for k, v in r.items()} for s, r in d.items()} for a, d in arms.items()}
+
+
+def _curve(series: dict, key: str) -> np.ndarray:
+    if key == "tokens_per_episode":
+        return tokens_per_episode(series)
+    return np.asarray(series.get(key, []), dtype=float)
+
+
+def seed_band(ax, Y: np.ndarray, x: np.ndarray, color, label: str, *, kind: str = "t") -> None:
+    """Mean over seeds (rows of Y) with a band per x, one legend entry: kind "t" a 95% t interval of the
+    mean, "range" the min..max over seeds (readable with 3 seeds, where t_{0.975,2} = 4.3)."""
+    from scipy import stats as st
+    n = np.isfinite(Y).sum(0)
+    m = np.nanmean(Y, 0)
+    if kind == "range":
+        lo, hi, what = np.nanmin(Y, 0), np.nanmax(Y, 0), "min-max over seeds"
+    else:
+        sd = np.nanstd(Y, 0, ddof=1) if Y.shape[0] > 1 else np.zeros_like(m)
+        half = np.where(n > 1, st.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), 0.0)
+        lo, hi, what = m - half, m + half, "95% band"
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+    ax.plot(x, m, color=color, lw=1.8, label=f"{label} (mean, {what})")
+
+
+def _curves(ax, claim, series: dict) -> None:
+    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    keys = (claim.curve,) if isinstance(claim.curve, str) else tuple(claim.curve)
+    for j, (arm, key) in enumerate((arm, key) for arm in series for key in keys):
+        curves = [_curve(r, key) for r in series[arm].values()]
+        n = min((len(x) for x in curves), default=0)
+        if n == 0:
+            continue
+        Y = np.stack([x[:n] for x in curves])                                      # (S, n)
+        x = np.arange(n)
+        if not claim.measure:
+            ok = np.isfinite(Y).any(0)                                             # eval columns: only eval steps
+            Y, x = (Y[:, ok], x[ok]) if ok.sum() < n else (np.stack([smooth(y, 5) for y in Y]), x)
+        seed_band(ax, Y, x, colors[j % len(colors)], arm if len(keys) == 1 else f"{arm}: {key}")
+    ax.set_xlabel("measured batch" if claim.measure and "grad" in str(keys) else
+                  "turn index" if claim.measure else "RL step")
+    ax.set_ylabel(claim.curve_label or " / ".join(keys) + ("" if claim.measure else " (5-step mean)"), fontsize=8)
+    ax.legend(fontsize=6, frameon=False)
+
+
+LABEL_KEYS = ("size", "map_name", "stages", "slip", "dense", "prompts_per_step", "group_size", "lr", "ppo_epochs",
+              "staleness", "think_max", "constrain", "bc_steps", "grad_clip", "context", "context_k", "estimator")
+"""setting fields named in a figure title when the claim's base sets them"""
+
+
+def setting_label(base: dict, arms: Optional[dict] = None) -> str:
+    """A short title naming the setting (arms that change the env add their env's name).
+
+    Example: {"env": "gridworld", "env_kwargs": {"size": 4}, "lr": 0.01} -> "gridworld size=4, lr=0.01".
+    """
+    flat = {**base.get("env_kwargs", {}), **{k: v for k, v in base.items() if k != "env_kwargs"}}
+    parts = [f"{k}={flat[k]}" for k in LABEL_KEYS if k in flat]
+    envs = [base.get("env", "?")] + [a["env"] for a in (arms or {}).values() if "env" in a]
+    return " / ".join(dict.fromkeys(envs)) + " " + ", ".join(parts)
+
+
+def write_figure(path: Path, claim, series: dict, record: dict) -> None:
+    """Left: the claim's curve per arm (mean over seeds with a 95% t band). Right: the first test's
+    metric per seed and arm, with the mean and 95% interval. ``series``: arm -> seed -> series."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(8.4, 3.0), gridspec_kw={"width_ratios": [1.6, 1]})
+    _curves(ax, claim, series)
+    test = claim.tests[0]
+    arms = [test.arm] + ([test.baseline] if test.baseline else [])
+    for j, arm in enumerate(arms):
+        r = record["result"]["arms"][arm][test.metric]
+        vals = np.array([np.nan if v is None else v for v in r["per_seed"]], float)
+        bx.scatter(np.full(len(vals), j) + np.linspace(-0.1, 0.1, len(vals)), vals, s=12, color="0.5",
+                   label="one seed" if j == 0 else None)
+        if r["mean"] is not None:
+            lo, hi = r["ci95"]
+            bx.errorbar([j], [r["mean"]], yerr=[[r["mean"] - lo], [hi - r["mean"]]], fmt="o", color="k", capsize=3,
+                        label="mean, 95% t interval" if j == 0 else None)
+    bx.set_xticks(range(len(arms)), arms, fontsize=7)
+    bx.set_ylabel(test.metric, fontsize=8)
+    bx.set_xlim(-0.6, len(arms) - 0.4)
+    bx.legend(fontsize=6, frameon=False)
+    n = len(record["seeds"])
+    fig.suptitle(f"{claim.name}: {record['verdict']} ({n} seeds{', quick' if record['setting'].get('quick') else ''})"
+                 f"\n{setting_label(claim.base, claim.arms)}", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.3g}"
+
+
+def _cell(text: str) -> str:
+    """Table-safe text: a literal | would split the cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _test_cell(t: dict) -> str:
+    e = t["effect"]
+    tag = {"passed": "pass", "contradicted": "**contradicted**"}.get(t.get("outcome"), "inconclusive")
+    return f"{t['name']} {t['claimed']}: {_fmt(e['mean'])} [{_fmt(e['ci95'][0])}, {_fmt(e['ci95'][1])}] ({tag})"
+
+
+def claims_table(records: list, heldout: Optional[dict] = None) -> str:
+    """Markdown table of claim records (one row each: verdict, seeds, every test's effect with its interval).
+
+    A record without a result (registered, not yet run) reads "pending: not yet re-run under the rule".
+    ``heldout`` (name -> record of the same claim on another seed block, e.g. ``data/claims/heldout/``)
+    adds a column with that block's verdict, shown only where the block ran the same setting (otherwise
+    "-": a held-out run of an older setting says nothing about this one).
+    """
+    heldout = heldout or {}
+    lines = ["| # | claim | source | verdict | seeds | tests (effect, 95% t CI, outcome after Holm) |"
+             + (" held-out block |" if heldout else ""), "|---|---|---|---|---|---|" + ("---|" if heldout else "")]
+    for i, r in enumerate(records, 1):
+        src = r["source"].split(":")[0]
+        seeds = r.get("seeds") or []
+        if "result" not in r:
+            v, eff = "pending: not yet re-run under the rule", ""
+        else:
+            v, eff = r["verdict"], "; ".join(_test_cell(t) for t in r["result"]["tests"])
+        span = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds else "-"
+        row = (f"| {i} | [{r['name']}](data/claims/{r['name']}.json): {_cell(r['claim'])} | {_cell(src)} | "
+               f"**{v}** | {span} | {_cell(eff)} |")
+        if heldout:
+            row += f" {_heldout_cell(r, heldout.get(r['name']))} |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _heldout_cell(record: dict, other: Optional[dict]) -> str:
+    """The held-out block's verdict and seeds, if it ran the same setting with a result; else "-"."""
+    if not other or "result" not in other or other.get("setting") != record.get("setting"):
+        return "-"
+    seeds = other.get("seeds") or []
+    span = f" ({seeds[0]}-{seeds[-1]})" if seeds else ""
+    return f"{other['verdict']}{span}"
+
+
+def update_readme(readme: Path, table: str, footer: str = "") -> bool:
+    """Replace the text between the claims markers with ``table``; False (file untouched) if absent."""
+    readme = Path(readme)
+    if not readme.exists():
+        print(f"warning: {readme} not found; claims table not written", file=sys.stderr)
+        return False
+    text = readme.read_text()
+    i, j = text.find(START), text.find(END)
+    if i < 0 or j < 0 or j < i:
+        print(f"warning: {readme} has no {START} ... {END} markers; README left untouched", file=sys.stderr)
+        return False
+    new = text[:i + len(START)] + "\n" + table + ("\n\n" + footer if footer else "") + "\n" + text[j:]
+    if new != text:
+        atomic_write(readme, new.encode())
+    return True

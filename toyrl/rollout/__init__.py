@@ -1,0 +1,16 @@
+"""Rollouts: from a policy and a batched env core to episodes, and from episodes to a ``TurnBatch``.
+
+- ``engine``: G episodes per task played turn by turn (``rollout``, ``play_turn``), context policies
+  (full, last-k, summary), void turns, T2PO turn resampling;
+- ``flatten``: episodes -> ``Rollout`` (a ``TurnBatch`` plus the contexts each turn saw), and the
+  trainer's log-probs under those contexts (``recompute_logp``);
+- ``tree``: fork-from-snapshot tree rollouts (Tree-GRPO, ARPO, PATR) at an equal token budget.
+
+The engine's public names are offered here: ``from toyrl.rollout import rollout, Sampling``.
+"""
+from .engine import (CONTEXTS, Episode, Rollout, Sampling, ToyCodec, Turn, TurnContext, build_context,
+                     episode_token_bound, left_pad, play, play_turn, recompute_logp, rollout, to_rollout, turn_grammar)
+
+__all__ = ["ToyCodec", "Turn", "Episode", "Sampling", "TurnContext", "Rollout", "rollout", "play", "play_turn",
+           "to_rollout", "CONTEXTS", "recompute_logp", "left_pad", "build_context", "episode_token_bound",
+           "turn_grammar"]

@@ -1,0 +1,123 @@
+"""Tree rollouts: fork episodes at turn boundaries so sibling branches share a prefix.
+
+Dimension legend: P tasks, G group size (the independent-rollout budget), B leaves.
+
+Siblings that share every turn before a branch point differ only after it: the cleanest
+comparison credit assignment can get. Three ways to choose where to branch, all under the token
+budget that G independent episodes per task would have used:
+
+- ``tree`` (Tree-GRPO, arXiv 2509.21240): uniformly among the turn boundaries of existing episodes.
+- ``arpo`` (ARPO, arXiv 2507.19849): where the policy's entropy right after an observation rose;
+  a boundary at turn k is drawn with weight clip(tau + beta * dH_k, 0, 1), dH_k = H_k - H_0, the
+  entropy of the first token of turn k minus that of the episode's first turn.
+- ``patr`` (PATR, process-reward-informed tree rollout; no public code, our reading): the
+  boundaries whose env state a task process scorer (``demos.process_scores``) rates highest.
+
+Each round picks ``branch`` boundaries per task, restores the env state stored there
+(``Turn.state``), and plays each branch to the end with the current policy. Every leaf becomes a
+row of the batch; the turns of a shared prefix are the same ``Turn`` records, so their node ids
+(``TurnBatch.node``) coincide and ``tree_grpo`` / ``rtpo`` can read the tree.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..envs.experts import process_scores
+from .engine import Episode, Sampling, play, to_rollout, turn_grammar
+
+__all__ = ["STRATEGIES", "tree_rollout", "branch_weights"]
+
+STRATEGIES = ("tree", "arpo", "patr")
+
+
+def branch_weights(episodes: list, cands: list, strategy: str, core=None, *, tau: float = 0.5,
+                   beta: float = 0.2) -> np.ndarray:
+    """Weights (len(cands),) of candidate boundaries (episode index, turn k) under a strategy.
+
+    Example (arpo, tau 0.5, beta 0.2): first-token entropies 1.0 at turn 0 and 2.5 at turn k give
+    weight clip(0.5 + 0.2 * 1.5, 0, 1) = 0.8.
+    """
+    if strategy == "tree":
+        return np.ones(len(cands))
+    if strategy == "arpo":
+        dH = np.array([episodes[e].turns[k].entropy[0] - episodes[e].turns[0].entropy[0]
+                       if episodes[e].turns[k].entropy and episodes[e].turns[0].entropy else 0.0 for e, k in cands])
+        return np.clip(tau + beta * dH, 0.0, 1.0)
+    if strategy == "patr":
+        sub = core.from_rows([episodes[e].turns[k].state for e, k in cands])
+        return process_scores(sub)
+    raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+def _pick(w: np.ndarray, n: int, strategy: str, rng: np.random.Generator) -> np.ndarray:
+    if strategy == "patr":                                   # best-scored boundaries, random tie-break
+        order = np.lexsort((rng.random(len(w)), -w))
+        return order[np.arange(n) % len(order)]
+    p = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))
+    return rng.choice(len(w), size=n, replace=True, p=p)
+
+
+@torch.no_grad()
+def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, group_size: int,
+                 strategy: str = "tree", n_init: Optional[int] = None, branch: Optional[int] = None,
+                 max_rounds: int = 16, rng: Optional[np.random.Generator] = None,
+                 sampling: Optional[Sampling] = None, policy_version: int = 0, tau: float = 0.5,
+                 beta: float = 0.2, **sampling_kw):
+    """Tree rollouts for P tasks (``tasks`` (P, task_dim), ``group`` (P,)) at the token budget of
+    ``group_size`` independent episodes per task. Returns a ``Rollout`` of all leaves.
+
+    ``n_init`` chains per task start the trees (default G // 2); each round adds ``branch`` branches
+    per task (default ``n_init``) until the task's generated tokens reach G x the mean cost of its
+    initial chains, or ``max_rounds``. ``sampling`` (or its fields as keywords) says how turns are
+    sampled. ``stats`` reports tokens used and the budget.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    s = sampling if sampling is not None else Sampling(**sampling_kw)
+    grammar = turn_grammar(codec, s, policy.device)
+    rng = rng or np.random.default_rng(0)
+    P = len(tasks)
+    M = n_init or max(1, group_size // 2)
+    nb = branch or M
+    init = core.resized(P * M)
+    init_tasks = np.repeat(np.asarray(tasks), M, 0)                            # (P*M, task_dim)
+    init.reset(init_tasks)
+    episodes = [Episode(codec.prompt(init, i), init_tasks[i], group=int(group[i // M])) for i in range(P * M)]
+    task_of = [i // M for i in range(P * M)]
+    play(policy, init, episodes, codec, s, keep_states=True, grammar=grammar)
+    cost = lambda ep, k0=0: sum(len(t.gen) for t in ep.turns[k0:])
+    used = np.zeros(P)
+    for i, ep in enumerate(episodes):
+        used[task_of[i]] += cost(ep)
+    budget = group_size * used / M
+    rounds = 0
+    while rounds < max_rounds and (used < budget).any():
+        rounds += 1
+        new_eps, new_task, states = [], [], []
+        for p in np.flatnonzero(used < budget):
+            cands = [(e, k) for e, ep in enumerate(episodes) if task_of[e] == p for k in range(1, len(ep.turns))]
+            if not cands:
+                continue
+            w = branch_weights(episodes, cands, strategy, core, tau=tau, beta=beta)
+            for c in _pick(w, nb, strategy, rng):
+                e, k = cands[c]
+                parent = episodes[e]
+                new_eps.append(Episode(parent.prompt, parent.task, list(parent.turns[:k]), group=parent.group))
+                new_task.append((p, k))
+                states.append(parent.turns[k].state)
+        if not new_eps:
+            break
+        sub = core.from_rows(states)
+        play(policy, sub, new_eps, codec, s, keep_states=True, grammar=grammar)
+        for ep, (p, k) in zip(new_eps, new_task):
+            used[p] += cost(ep, k)
+            task_of.append(p)
+        episodes += new_eps
+    ro = to_rollout(episodes, codec, policy.device, context=s.context, grammar=grammar, temperature=s.temperature,
+                    policy_version=policy_version,
+                    stats={"tokens_generated": int(used.sum()), "token_budget": int(budget.sum()),
+                           "tree_rounds": rounds, "leaves": len(episodes)})
+    return ro

@@ -1,0 +1,345 @@
+"""The run's configuration: every switch of a toyrl training run, one dataclass field each.
+
+    cfg = TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16},
+                      n_think=32, think_max=32, estimator="gigpo", clip="turn_ppo", steps=80)
+
+The CLI builds its flags from these fields (their docstrings are the help text); notebooks build
+a config directly. ``validate`` checks, before any rollout, names against the registries, numbers against ``RANGES``
+and every ``*_kwargs`` dict against the keyword parameters of the function it goes to (names, the
+type of each default, ``KWARG_RANGES``):
+
+    TrainConfig(estimator="grpo", estimator_kwargs={"bogus": 1}).validate()
+    # ValueError: estimator_kwargs: grpo takes no argument 'bogus'; it takes: ddof, eps, norm
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..credit import ESTIMATORS, NEEDS
+from ..envs import ENVS, make_core
+from ..filters import FILTERS, loop_abs_adv, starpo_s, t2po_resample, void_turn, zero_variance
+from ..objectives import CLIP_SCHEMES
+from .build import check_policy_name
+from ..policies.toy import PRESETS
+from ..rollout.engine import CONTEXTS
+from ..rollout.tree import STRATEGIES, tree_rollout
+
+__all__ = ["TrainConfig", "RANGES", "KWARG_RANGES", "check_kwargs", "keywords", "in_interval", "envs_providing"]
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on. The CLI builds one from flags; notebooks build one directly."""
+
+    env: str = "gridworld"
+    """environment: gridworld | bandit_chain | mock_search"""
+    env_kwargs: dict = field(default_factory=dict)
+    """arguments of the env core (e.g. {"map_name": "4x4", "slip": 0.1})"""
+    policy: str = "tiny"
+    """policy name: a toy transformer preset (tiny | small | base), tinylm[:PATH] (a text policy) or
+    hf:PATH (a local Hugging Face causal LM); see toyrl.train.build"""
+    autocast: Optional[str] = None
+    """None or "bf16": autocast the forwards of tinylm / hf policies"""
+    n_think: int = 2
+    """distinct reasoning tokens in the toy vocabulary"""
+    think_max: int = 0
+    """reasoning tokens a turn may hold before END and its action (toy: a turn is at most think_max + 2
+    tokens, 0 = no reasoning; text policies: think_max extra reply tokens for free-text reasoning)"""
+    think_min: int = 0
+    """reasoning tokens a toy turn writes before END may be sampled (LLM-style min_tokens; 0: none)"""
+    estimator: str = "grpo"
+    """advantage estimator, a name of toyrl.credit.ESTIMATORS"""
+    estimator_kwargs: dict = field(default_factory=dict)
+    """its keyword hyperparameters (e.g. {"gamma": 0.95, "omega": 1.0})"""
+    clip: str = "ppo"
+    """clipping scheme, a name of toyrl.objectives.CLIP_SCHEMES"""
+    clip_kwargs: dict = field(default_factory=dict)
+    """its keyword hyperparameters (e.g. {"eps_high": 0.28})"""
+    ratio: Optional[str] = None
+    """importance-ratio level: token | turn | sequence | trajectory (None: the scheme's own)"""
+    agg: Optional[str] = None
+    """loss aggregation, a name of toyrl.objectives.AGGREGATIONS (None: the scheme's own)"""
+    kl: Optional[str] = None
+    """KL estimator to a frozen reference policy (k1 | abs | k2 | k3 ...); None: no KL term"""
+    kl_coef: float = 0.0
+    """weight of the KL term"""
+    mask_env_tokens: bool = True
+    """keep observation tokens out of the loss and the KL (Search-R1); False trains on them too"""
+    filters: list = field(default_factory=list)
+    """filters applied before the update, names of toyrl.filters.FILTERS (e.g. ["starpo_s"])"""
+    filter_kwargs: dict = field(default_factory=dict)
+    """per filter keyword arguments, e.g. {"starpo_s": {"p": 0.25}}"""
+    context: Optional[str] = None
+    """what the policy reads each turn: full | last_k | summary; None: the policy's own (a TinyLM
+    checkpoint records the context it was trained with, and its context_k), otherwise full"""
+    context_k: int = 2
+    """turns kept in full by last_k and summary"""
+    recompute: str = "matched"
+    """trainer-side log-probs: matched (the rollout's own contexts) | flat (full history: the mismatch)"""
+    group_size: int = 8
+    """G: rollouts per task (one group)"""
+    prompts_per_step: int = 8
+    """P: tasks per step"""
+    ppo_epochs: int = 1
+    """passes over each batch"""
+    minibatches: int = 1
+    """optimizer updates per pass: the batch's rows split into this many minibatches"""
+    lr: float = 3e-3
+    """AdamW learning rate"""
+    grad_clip: float = 1.0
+    """max gradient norm (0: no clipping; the norm is logged either way)"""
+    entropy_coef: float = 0.0
+    """entropy bonus on policy tokens"""
+    temperature: float = 1.0
+    """sampling temperature of rollouts"""
+    max_turns: Optional[int] = None
+    """turn limit (None: the env's own; otherwise passed to the env as max_turns)"""
+    constrain: bool = True
+    """sample through the turn grammar (reasoning, END, action); False: the whole vocabulary, so the
+    policy can write observation tokens and malformed (void) turns"""
+    staleness: int = 0
+    """roll out with the policy of this many steps ago (async drift; policy_lag logs it in updates)"""
+    t2po_eta: float = 0.0
+    """T2PO turn resampling: regenerate a turn whose uncertainty moved by less than this (0: off)"""
+    tti_delta: float = 0.0
+    """T2PO thinking intervention: cut the reasoning when its uncertainty moves by less than this
+    for tti_window tokens in a row (0: off; toy policies only)"""
+    tti_window: int = 3
+    """reasoning tokens in a row with a small uncertainty change before the cut"""
+    tti_min_think: int = 4
+    """reasoning tokens before a cut is allowed"""
+    eval_every: int = 0
+    """evaluate on fresh independent episodes every this many steps, and after the last (0: never)"""
+    eval_episodes: int = 64
+    """episodes per evaluation (one per task of a fixed held-out set drawn from the seed)"""
+    eval_greedy: bool = False
+    """evaluate with argmax decoding (False: sample at the training temperature)"""
+    rollout: str = "independent"
+    """independent | tree (Tree-GRPO) | arpo (entropy branching) | patr (process-scored branching),
+    trees at the token budget of group_size independent episodes"""
+    tree_kwargs: dict = field(default_factory=dict)
+    """tree_rollout arguments, e.g. {"n_init": 4, "branch": 4, "tau": 0.5, "beta": 0.2}"""
+    critic: Optional[bool] = None
+    """fit a turn-level value critic on the policy's hidden states (None: when a method declares the need
+    "values", see toyrl.credit.NEEDS; the other learned models follow their methods' needs)"""
+    critic_lr: float = 1e-2
+    """critic learning rate"""
+    critic_gamma: float = 1.0
+    """discount of the critic's Monte Carlo return targets"""
+    bc_steps: int = 0
+    """behaviour-cloning steps on expert demonstrations before RL"""
+    bc_lr: float = 3e-3
+    """learning rate of behaviour cloning"""
+    steps: int = 100
+    """RL steps"""
+    seed: int = 0
+    """seed of tasks, sampling and initialization"""
+    device: str = "cpu"
+    """torch device (cuda works unchanged)"""
+    progress: Optional[bool] = None
+    """tqdm progress bar (None: only when stderr is a terminal)"""
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field of the first unknown name or bad value (before any work starts):
+        registry names, numbers against ``RANGES``, every ``*_kwargs`` against its function's keyword
+        parameters (``check_kwargs``) and the env core built once with ``env_kwargs``."""
+        self._check_names()
+        for name, interval in RANGES.items():
+            v, kind = getattr(self, name), int if FIELDS[name].type in ("int", "Optional[int]") else float
+            if v is None and FIELDS[name].type.startswith("Optional"):
+                continue
+            if not (_is_number(v, kind) and in_interval(v, interval)):
+                raise ValueError(f"{name} must be {_kind(kind())} in {interval}, got {v!r}")
+        self._check_kwargs()
+        self._check_needs()
+        if self.minibatches > self.group_size * self.prompts_per_step:
+            raise ValueError(f"minibatches must be <= the batch size group_size * prompts_per_step = "
+                             f"{self.group_size * self.prompts_per_step}, got {self.minibatches}")
+        if self.think_min > self.think_max:
+            raise ValueError(f"think_min must be <= think_max={self.think_max}, got {self.think_min}")
+        if (self.tti_delta or self.think_min) and self.policy not in PRESETS:
+            raise ValueError("tti_delta and think_min need a toy policy preset "
+                             f"({', '.join(PRESETS)}); text policies have no END token")
+        if self.autocast not in AUTOCAST:
+            raise ValueError(f"autocast must be one of {', '.join(map(str, AUTOCAST))}, got {self.autocast!r}")
+        if self.autocast not in (None, "none", "fp32") and self.policy in PRESETS:
+            raise ValueError(f"autocast applies to the language-model policies (tinylm, hf:PATH), not the toy "
+                             f"preset {self.policy!r}")
+
+    def _check_names(self) -> None:
+        for kind, name, valid in (("env", self.env, ENVS), ("estimator", self.estimator, ESTIMATORS),
+                                  ("clip", self.clip, CLIP_SCHEMES), ("context", self.context, CONTEXTS)):
+            if name not in valid and not (kind == "context" and name is None):     # context None: the policy's own
+                raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+        check_policy_name(self.policy)                         # "policy 'hf:/x': path /x does not exist"
+        if not isinstance(self.filters, (list, tuple)):
+            raise ValueError(f"filters must be a list of filter names, got {self.filters!r}")
+        for f in self.filters:
+            if f not in FILTERS:
+                raise ValueError(f"unknown filter {f!r}; valid: {', '.join(FILTERS)}")
+        if self.rollout not in ("independent",) + STRATEGIES:
+            raise ValueError(f"unknown rollout {self.rollout!r}; valid: independent, {', '.join(STRATEGIES)}")
+        if self.recompute not in ("matched", "flat"):
+            raise ValueError(f"recompute must be matched or flat, got {self.recompute!r}")
+
+    def methods(self) -> list:
+        """[(kind, name, needs)] of the run's estimator, clip scheme and filters (names already checked)."""
+        return ([("estimator", self.estimator, ESTIMATORS[self.estimator].needs),
+                 ("clip", self.clip, CLIP_SCHEMES[self.clip].needs)]
+                + [("filter", f, FILTERS[f].needs) for f in self.filters])
+
+    def _check_needs(self) -> None:
+        """A one-line ValueError for the first method whose declared need (``toyrl.credit.NEEDS``) this run
+        cannot provide: nothing builds it yet, the env's core lacks the method it reads, or critic=False."""
+        core_cls = ENVS[self.env][1]
+        for kind, name, needs in self.methods():
+            for n in needs:
+                need = NEEDS[n]
+                what = f"{need.short} ({n})" if need.short else n
+                if not need.built:
+                    raise ValueError(f"{kind} {name!r} needs {what}; none is built yet, so choose another {kind}")
+                if need.env_method and not hasattr(core_cls, need.env_method):
+                    ok = envs_providing([n])
+                    fix = f"use env={ok[0]!r} (--env {ok[0]})" if ok else "no registered env provides it"
+                    raise ValueError(f"{kind} {name!r} needs {what}, which env {self.env!r} cannot provide (its core "
+                                     f"has no {need.env_method}()); {fix}")
+                if n in ("values", "token_values") and self.critic is False:
+                    raise ValueError(f"{kind} {name!r} needs a value critic ({n}) but critic=False turns it off; "
+                                     f"set critic to None or True (--critic none)")
+
+    def _check_kwargs(self) -> None:
+        est, scheme = ESTIMATORS[self.estimator], CLIP_SCHEMES[self.clip]
+        check_kwargs("estimator_kwargs", self.estimator, self.estimator_kwargs, keywords(est.fn))
+        try:
+            scheme.resolve(self.clip, self.clip_kwargs if isinstance(self.clip_kwargs, dict) else {})
+        except ValueError as e:                                # the scheme's own check of its keyword names
+            raise ValueError(f"clip_kwargs: {e}") from None
+        check_kwargs("clip_kwargs", self.clip, self.clip_kwargs, scheme.hyperparameters())
+        check_kwargs("tree_kwargs", "tree_rollout", self.tree_kwargs, keywords(tree_rollout, TREE_SET, closed=True))
+        for name, kw in self.filter_kwargs.items():
+            if name not in FILTERS:
+                raise ValueError(f"filter_kwargs: unknown filter {name!r}; valid: {', '.join(FILTERS)}")
+            check_kwargs("filter_kwargs", name, kw, filter_keywords(name))
+        core_cls = ENVS[self.env][1]
+        check_kwargs("env_kwargs", self.env, self.env_kwargs, keywords(core_cls.__init__, ENV_SET))
+        try:                                                   # the core's own checks (map_name, slip, ...)
+            make_core(self.env, 1, seed=0, **dict(self.env_kwargs, **({} if self.max_turns is None
+                                                                                 else {"max_turns": self.max_turns})))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"env_kwargs: {e}") from None
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+AUTOCAST = (None, "none", "fp32", "bf16", "fp16")
+"""the autocast values toyrl.train.build takes"""
+
+RANGES = {"group_size": "[1, 4096]", "prompts_per_step": "[1, 4096]", "steps": "[0, 1e7]", "ppo_epochs": "[1, 1000]",
+          "minibatches": "[1, 4096]", "n_think": "[1, 256]", "think_max": "[0, 256]", "think_min": "[0, 256]",
+          "staleness": "[0, 1000]", "eval_every": "[0, 1e7]", "eval_episodes": "[1, 65536]", "context_k": "[1, 1e4]",
+          "tti_delta": "[0, 10]", "tti_window": "[1, 256]", "tti_min_think": "[0, 256]", "t2po_eta": "[0, 10]",
+          "kl_coef": "[0, 1e6]", "grad_clip": "[0, 1e9]", "bc_steps": "[0, 1e6]", "max_turns": "[1, 1e4]",
+          "lr": "(0, inf)", "critic_lr": "(0, inf)", "bc_lr": "(0, inf)", "entropy_coef": "[0, 1e6]",
+          "temperature": "(0, inf)", "critic_gamma": "[0, 1]", "seed": "[0, 1e18]"}
+"""field -> its valid interval ("(" / ")" exclude the bound; an Optional field may also be None)"""
+
+KWARG_RANGES = {**dict.fromkeys(("gamma", "lam", "gamma_turn", "lam_turn", "gamma_token", "lam_token"), "[0, 1]"),
+                **dict.fromkeys(("eps", "eps_low", "eps_high", "delta_low", "delta_high", "ddof", "omega",
+                                 "kl_coef", "eta"), "[0, inf)"),
+                **dict.fromkeys(("clip_cov_ratio", "kl_cov_ratio", "slip", "p_frozen"), "[0, 1]"),
+                **dict.fromkeys(("cap", "tau_pos", "tau_neg"), "(0, inf)"),
+                **dict.fromkeys(("max_turns", "n_init", "branch", "max_rounds"), "[1, inf)"),
+                "c": "(1, inf)", "p": "(0, 1]"}
+"""keyword name -> its valid interval, applied to every ``*_kwargs`` dict (estimators, clip schemes, envs,
+filters, trees): discounts and trace decays in [0, 1], clip widths >= 0, dual-clip c > 1 (1912.09729)"""
+
+FILTER_FUNCTIONS = {"zero_variance": zero_variance, "starpo_s": starpo_s, "void_turn": void_turn,
+                    "loop_abs_adv": loop_abs_adv, "t2po_resample": t2po_resample}
+"""the function each ``FILTERS`` entry passes its keyword arguments on to"""
+ENV_SET = ("seed",)
+"""env core arguments the Trainer sets itself (num_envs is positional)"""
+TREE_SET = ("codec", "group_size", "strategy", "rng", "sampling", "policy_version")
+"""tree_rollout arguments the Trainer sets itself (its own sampling, so tree_rollout's **sampling_kw never apply)"""
+
+
+def envs_providing(needs) -> list:
+    """Names of the registered envs (``ENVS`` order) whose core has every env method ``needs`` read
+    (``NEEDS[n].env_method``). Example: envs_providing(["info_gain"]) -> ["mock_search"];
+    envs_providing([]) -> every env."""
+    methods = [NEEDS[n].env_method for n in needs if NEEDS[n].env_method]
+    return [e for e, (_, cls) in ENVS.items() if all(hasattr(cls, m) for m in methods)]
+
+
+def in_interval(v, interval: str) -> bool:
+    """True if the number ``v`` lies in ``interval`` ("(" / ")" exclude the bound):
+    in_interval(1, "(0, 1]") -> True, in_interval(0, "(0, 1]") -> False."""
+    lo, hi = (float(x) for x in interval[1:-1].split(","))
+    return (lo < v if interval[0] == "(" else lo <= v) and (v < hi if interval[-1] == ")" else v <= hi)
+
+
+def _is_number(v, kind=float) -> bool:
+    """An int, or (``kind`` float) an int or a float; a bool is neither."""
+    return not isinstance(v, bool) and isinstance(v, (int,) if kind is int else (int, float))
+
+
+def _fits(v, default) -> bool:
+    """``v`` has the type of ``default``: None / REQUIRED accept anything, an int is a float, a list a tuple."""
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(v, bool)
+    if isinstance(default, (int, float)):
+        return _is_number(v, type(default))
+    return isinstance(v, (list, tuple)) if isinstance(default, (list, tuple)) else isinstance(v, type(default))
+
+
+def _kind(default) -> str:
+    """How a message names the type of ``default``: 0.5 -> "a number", 3 -> "an integer", "x" -> "a string"."""
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return {bool: "true or false", str: "a string", tuple: "a list", list: "a list"}.get(
+            type(default), f"a {type(default).__name__}")
+    return "an integer" if isinstance(default, int) else "a number"
+
+
+def keywords(fn, drop=(), closed: bool = False):
+    """The arguments ``fn`` takes by keyword -> their defaults (None for a required keyword-only one),
+    less ``drop``; None if ``fn`` takes ``**kwargs`` (anything goes) unless ``closed``.
+
+    Example: keywords(lambda batch, *, gamma=0.95, norm="std": 0) -> {"gamma": 0.95, "norm": "std"}."""
+    out, params = {}, inspect.signature(fn).parameters.values()
+    for p in params:
+        if p.kind is p.VAR_KEYWORD and not closed:
+            return None
+        if p.name not in drop and (p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD
+                                                                  and p.default is not p.empty)):
+            out[p.name] = None if p.default is p.empty else p.default
+    return out
+
+
+def filter_keywords(name: str):
+    """The keywords of filter ``name``: its FILTERS entry's own plus those of the function it calls."""
+    own = keywords(FILTERS[name].fn, drop=("batch",), closed=True)
+    if keywords(FILTERS[name].fn) is not None:
+        return own
+    return None if name not in FILTER_FUNCTIONS else {**own, **keywords(FILTER_FUNCTIONS[name])}
+
+
+def check_kwargs(field: str, owner: str, kwargs, params) -> None:
+    """ValueError naming ``field`` if ``kwargs`` is not a dict, has a key not in ``params`` (None: any key),
+    a value whose type is not its default's, or a number outside ``KWARG_RANGES``.
+
+    Example: check_kwargs("estimator_kwargs", "gigpo", {"gamma": 2.0}, {"gamma": 0.95}) raises
+    "estimator_kwargs: gamma of gigpo must be a number in [0, 1], got 2.0"."""
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{field}: {owner} takes a dict of keyword arguments, got {kwargs!r}")
+    for k, v in kwargs.items():
+        if params is not None and k not in params:
+            takes = f"it takes: {', '.join(params)}" if params else "it takes no arguments"
+            raise ValueError(f"{field}: {owner} takes no argument {k!r}; {takes}")
+        default = None if params is None else params[k]
+        if not _fits(v, default):
+            raise ValueError(f"{field}: {k} of {owner} must be {_kind(default)} (default {default!r}), got {v!r}")
+        if k in KWARG_RANGES and not (_is_number(v) and in_interval(v, KWARG_RANGES[k])):
+            raise ValueError(f"{field}: {k} of {owner} must be a number in {KWARG_RANGES[k]}, got {v!r}")
