@@ -76,6 +76,20 @@ def random_batch(B: int = 12, H: int = 4, *, n_groups: int = 3, n_keys: int = 3,
                      group=torch.arange(B) % n_groups, state_key=keys, **kw)
 
 
+def verl_loss_data(seed: int, B: int = 6, L: int = 9, scale: float = 0.6):
+    """Random verl policy-loss inputs (float64): old and new log-probs, advantages, a response mask with one full
+    and one empty row, and importance weights in [0.5, 1.5) -> (old, logp, adv, mask, w), each (B, L)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(B, L, generator=g) > 0.3).float()
+    mask[0] = 1.0
+    mask[-1] = 0.0                                                   # an empty response
+    old = -torch.rand(B, L, generator=g, dtype=torch.float64) * 3
+    logp = old + scale * torch.randn(B, L, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, L, generator=g, dtype=torch.float64)
+    w = torch.rand(B, L, generator=g, dtype=torch.float64) + 0.5
+    return old, logp, adv, mask, w
+
+
 def assert_close_to(a: torch.Tensor, b, tol: float = 1e-3) -> None:
     """``a`` equals the hand-computed values ``b`` (nested lists) up to ``tol``, absolute, in ``a``'s dtype."""
     torch.testing.assert_close(a, torch.as_tensor(b, dtype=a.dtype), atol=tol, rtol=0)

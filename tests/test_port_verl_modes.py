@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from conftest import verl_loss_data
 
 from toyrl.objectives import CLIP_SCHEMES, policy_loss
 from toyrl.port import verl_policy as vp
@@ -29,14 +30,8 @@ def config(policy_loss=None, rollout_correction=None, **kw):
 
 
 def data(seed, B=6, L=9, scale=0.6):
-    g = torch.Generator().manual_seed(seed)
-    mask = (torch.rand(B, L, generator=g) > 0.3).float()
-    mask[0] = 1.0
-    mask[-1] = 0.0                                                   # an empty response
-    old = -torch.rand(B, L, generator=g, dtype=torch.float64) * 3
-    logp = old + scale * torch.randn(B, L, generator=g, dtype=torch.float64)
-    adv = torch.randn(B, L, generator=g, dtype=torch.float64)
-    return old, logp, adv, mask
+    """(old, logp, adv, mask): conftest's verl loss inputs without the weights (drawn last, so the rest agree)."""
+    return verl_loss_data(seed, B, L, scale)[:4]
 
 
 def run(fn, old, logp, adv, mask, mode, cfg, w=None, **kw):

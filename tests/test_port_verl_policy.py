@@ -4,6 +4,7 @@ import types
 
 import pytest
 import torch
+from conftest import verl_loss_data
 
 from toyrl.port import verl_policy as vp
 from toyrl.port.verl_losses import get_policy_loss_fn
@@ -30,16 +31,7 @@ def verl_config(**extra):
     return cfg
 
 
-def data(seed, B=6, L=9, scale=0.6):
-    g = torch.Generator().manual_seed(seed)
-    mask = (torch.rand(B, L, generator=g) > 0.3).float()
-    mask[0] = 1.0
-    mask[-1] = 0.0                                                   # an empty response
-    old = -torch.rand(B, L, generator=g, dtype=torch.float64) * 3
-    logp = old + scale * torch.randn(B, L, generator=g, dtype=torch.float64)
-    adv = torch.randn(B, L, generator=g, dtype=torch.float64)
-    w = torch.rand(B, L, generator=g, dtype=torch.float64) + 0.5
-    return old, logp, adv, mask, w
+data = verl_loss_data
 
 
 def run(fn, old, logp, adv, mask, mode, cfg, w):
