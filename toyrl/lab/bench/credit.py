@@ -35,6 +35,7 @@ import torch
 
 from ...batch import TurnBatch
 from ...credit import ESTIMATORS
+from ...credit.reference import gae_row
 from ...envs.core import mix64
 
 REF = {  # estimator -> loop reference family
@@ -121,16 +122,8 @@ def loop_cells(b: TurnBatch, gamma: float = 0.95, eps: float = 1e-6) -> list:
 
 
 def _scan(rows_r, rows_v, rows_m, gamma, lam):
-    out = []
-    for r, v, m in zip(rows_r, rows_v, rows_m):
-        nextv, run, adv = 0.0, 0.0, [0.0] * len(r)
-        for t in range(len(r) - 1, -1, -1):
-            if m[t]:
-                run = r[t] + gamma * nextv - v[t] + gamma * lam * run
-                nextv = v[t]
-                adv[t] = run
-        out.append(adv)
-    return out
+    """The GAE recursion row by row in plain Python (the reference loop ``gae_row``)."""
+    return [gae_row(r, v, m, gamma, lam) for r, v, m in zip(rows_r, rows_v, rows_m)]
 
 
 def loop_turns(b: TurnBatch) -> list:
