@@ -31,7 +31,7 @@ import torch
 
 from .config import TrainConfig
 from ..credit import ESTIMATORS, warn_group_size, warn_zero_variance
-from .credit_models import CreditModels, policy_features
+from .credit_models import CreditModels
 from ..envs.experts import DEMO_CONFIGS, expert_actions, load_demos
 from ..policies.scripted import ScriptedPolicy, replay_chooser
 from .bc import bc_loss
@@ -120,11 +120,6 @@ class Trainer:
         s = self.sampling if not greedy else replace(self.sampling, greedy=True, tti=None, t2po_eta=0.0, generator=None)
         return rollout(policy or self.policy, self.core, tasks, group, codec=self.codec, sampling=s,
                        policy_version=version)
-
-    def critic_features(self, ro) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Detached policy hidden states (B, T, d), the state of each turn (B, H, d) and its action (B, H, d)
-        (``credit_models.policy_features``): the features of every learned credit model."""
-        return policy_features(self.policy, ro.batch)
 
     def provide(self, ro) -> dict:
         """Every input the run's methods declare (``self.needs``, words of ``toyrl.credit.NEEDS``), fitted or
