@@ -86,7 +86,8 @@ def test_std_first_is_a_share_of_collapsed_seeds():
     """echo_collapse's std-first metric: 1 / 0 for a collapsed run, NaN otherwise, so the stats average it over
     collapsed seeds only (NaN is skipped and does not count towards n)."""
     from toyrl.lab.claims.stability import COLLAPSE_BASE, _echo_metrics
-    rest = {"template_mi": [0.5] * 20, "success_rate": [0.5] * 20, "zero_var_frac": [0.0] * 20}
+    rest = {"template_mi": [0.5] * 20, "success_rate": [0.5] * 20, "zero_var_frac": [0.0] * 20,
+            "grad_norm": [1.0] * 20}
     m = lambda mean, std: _echo_metrics({**rest, "reward_mean": mean, "reward_std": std})     # noqa: E731
     first = m([0.8] * 10 + [0.0] * 10, [0.4] * 5 + [0.0] * 15)               # std falls at 7, mean at 12
     assert first["collapsed"] == 1.0 and first["std_first"] == 1.0 and first["lead"] > 0

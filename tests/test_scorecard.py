@@ -140,6 +140,36 @@ def test_run_metrics_reads_collapse_spikes_and_the_last_probe():
     assert h["collapsed"] == 0.0 and math.isnan(h["t_collapse"]) and h["final_success"] == pytest.approx(0.4)
 
 
+def test_collapse_of_names_its_rule_and_the_legacy_rule_recomputes_old_cards():
+    from toyrl.lab.scorecard import LEGACY_RULE, collapse_of
+    fall = {"reward_mean": [.8] * 10 + [0.0] * 10, "reward_std": [.4] * 5 + [0.0] * 15, "grad_norm": [1.0] * 20}
+    new, old = collapse_of(fall), collapse_of(fall, LEGACY_RULE)               # the docstring's example
+    assert (new["collapsed"], new["t_collapse"], new["t_std_drop"]) == (1.0, 12.0, 7.0) and new["frozen"] == 0.0
+    assert (old["collapsed"], old["t_collapse"]) == (1.0, 12.0) and "frozen" not in old
+    frozen = {**fall, "grad_norm": [1.0] * 5 + [0.0] * 15}                    # the fall happened on a zero gradient
+    assert collapse_of(frozen)["collapsed"] == 0.0 and collapse_of(frozen, LEGACY_RULE)["collapsed"] == 1.0
+    with pytest.raises(ValueError, match="rule must be"):
+        collapse_of(fall, "collapse-v0")
+
+
+def test_a_record_is_summarized_with_the_rule_its_meta_names():
+    """A meta naming no rule (the shipped card) keeps the legacy rule; a new run names collapse-v2 and gains a
+    freeze rate. Run: learns, then 20 steps of zero gradient with a noisy mean that ends low."""
+    from toyrl.collapse import RULE_NAME
+    run = _made_up_run(False)
+    rm = [.1, .3, .5, .75] + [.75, .5, 1.0, .75, .5, .75, .75, .5, 1.0, .5, .75, .5, .75, .75, .5, .75, .25, .25,
+                              .25, .25]
+    run["series"] = {**run["series"], "reward_mean": rm, "reward_std": [.3] * 24, "success_rate": rm,
+                     "grad_norm": [1.0] * 4 + [0.0] * 20, "format_valid_rate": [1.0] * 24}
+    meta = {"env": "gridworld", "steps": 24, "quick": True, "diag_every": 30, "workers": 1, "backend": "process",
+            "run_time_s": 1.0, "command": "toyrl scorecard"}
+    old = build_record({"grpo/ppo/token-mean/none": [run]}, meta)
+    new = build_record({"grpo/ppo/token-mean/none": [run]}, {**meta, "collapse_rule": RULE_NAME})
+    assert old["setting"]["collapse_rule"] == "collapse-v1" and new["setting"]["collapse_rule"] == RULE_NAME
+    assert old["cells"][0]["collapse_rate"]["mean"] == 1.0 and "freeze_rate" not in old["cells"][0]
+    assert new["cells"][0]["collapse_rate"]["mean"] == 0.0 and new["cells"][0]["freeze_rate"]["mean"] == 1.0
+
+
 def test_build_record_effects_are_paired_differences_with_the_base():
     base, sapo = cell_config(BASE), {**BASE, "clip": "sapo"}
     runs = {"grpo/ppo/token-mean/none": [{**_made_up_run(False), "seed": s} for s in range(3)],
@@ -181,6 +211,8 @@ def test_two_cell_slice_end_to_end(tmp_path):
     assert len(plot_cell(record, runs, "grpo/ppo/token-mean/none").axes) == 3
     again = rebuild(tmp_path, figure=False)                              # re-summarized from runs.json: same card
     assert again["cells"] == rec["cells"] and again["effects"] == rec["effects"]
+    assert card["meta"]["collapse_rule"] == card["setting"]["collapse_rule"] == "collapse-v2"
+    assert "freeze_rate" in card["cells"][0]
 
 
 def test_probe_does_not_change_the_training_run():

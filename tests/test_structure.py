@@ -253,7 +253,7 @@ LAYERS = (
     ("toyrl.rollout",),
     ("toyrl.credit",),
     ("toyrl.objectives",),
-    ("toyrl.filters", "toyrl.diagnostics"),
+    ("toyrl.filters", "toyrl.diagnostics", "toyrl.collapse"),
     ("toyrl.train",),
     ("toyrl.port",),
     ("toyrl.viz", "toyrl.lab"),

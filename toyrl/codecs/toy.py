@@ -156,6 +156,14 @@ class ToyCodec:
         """The expert's turn for ``action``: END then its token (EOT alone for VOID)."""
         return [self.EOT] if action == VOID else [self.END, self.act0 + int(action)]
 
+    def think_ids(self, values) -> list[int]:
+        """The reasoning tokens that write ``values`` (ints in [0, n_think): e.g. an expert's remembered cue or
+        remaining plan), cut at ``think_max``. Example (n_think 4, think_max 2): [2, 0, 3] -> [7, 5]."""
+        values = [int(v) for v in values][:self.think_max]
+        if any(not 0 <= v < self.n_think for v in values):
+            raise ValueError(f"reasoning values must lie in [0, n_think={self.n_think}), got {values}")
+        return [self.think0 + v for v in values]
+
     def summarize(self, gen: list[int]) -> list[int]:
         """A past turn in a summary context: its action token only."""
         return [t for t in gen if self.act0 <= t < self.obs0]

@@ -23,14 +23,17 @@ class BanditCore(BatchedCore):
 
     def __init__(self, num_envs: int, *, stages: int = 4, arms: int = 4, good_arms: int = 1,
                  on_wrong: str = "stay", dense: bool = False, max_turns: Optional[int] = None,
-                 void_penalty: float = 0.0, layout_seed: Optional[int] = None, seed: Optional[int] = None):
+                 void_penalty: float = 0.0, layout_seed: Optional[int] = None, show_layout: bool = False,
+                 seed: Optional[int] = None):
         super().__init__(num_envs, seed)
         if stages < 1 or arms < 2 or not 1 <= good_arms < arms:
             raise ValueError(f"need stages >= 1, arms >= 2 and 1 <= good_arms < arms, got "
                              f"stages={stages}, arms={arms}, good_arms={good_arms}")
         if on_wrong not in ON_WRONG:
             raise ValueError(f"on_wrong must be one of {ON_WRONG}, got {on_wrong!r}")
-        self.K, self.M, self.good_arms = stages, arms, good_arms
+        if show_layout and good_arms != 1:
+            raise ValueError(f"show_layout=True shows one good arm per stage: it needs good_arms=1, got {good_arms}")
+        self.K, self.M, self.good_arms, self.show_layout = stages, arms, good_arms, bool(show_layout)
         self.on_wrong, self.dense = on_wrong, dense
         self.max_turns = int(max_turns) if max_turns is not None else 2 * stages
         self.void_penalty = float(void_penalty)
@@ -88,14 +91,20 @@ class BanditCore(BatchedCore):
     def state_keys(self) -> np.ndarray:
         return mix64(self.state["layout_hash"], self.state["stage"])
 
-    # ---- token view for a small-vocabulary policy: feedback ids 0..3, then stage ids 4..4+K ----
+    def memo(self, i: int = 0) -> list[int]:
+        """What copy i must carry forward when it cannot see its prompt again (a blind context): the good arm
+        of every stage still ahead, the remaining plan. Example: good arms (2, 0, 3) at stage 1 -> [0, 3]."""
+        return self.oracle_actions(i)
+
+    # ---- token view for a small-vocabulary policy: feedback ids 0..3, stage ids 4..4+K, arm ids after ----
     @property
     def obs_vocab_size(self) -> int:
-        return 4 + self.K + 1
+        return 4 + self.K + 1 + (self.M if self.show_layout else 0)
 
     def prompt_tokens(self, i: int = 0) -> list[int]:
-        """The start stage."""
-        return [4 + int(self.state["stage"][i])]
+        """The start stage; with ``show_layout`` also the good arm of every stage, in order (the plan)."""
+        plan = [5 + self.K + a for a in self.oracle_actions(i)] if self.show_layout else []
+        return [4 + int(self.state["stage"][i])] + plan
 
     def obs_tokens(self, i: int = 0) -> list[int]:
         """Feedback on the pull (right / wrong / void) and the new stage."""
@@ -141,6 +150,11 @@ class BanditChainEnv(CoreEnv):
     Sparse (default): +1 when the chain is completed. Dense (``dense=True``): +1/K for every
     advancing pull. ``-void_penalty`` on a void turn.
 
+    With ``show_layout=True`` the prompt lists the good arm of every stage (the plan), and only the
+    prompt: a policy whose context drops it after turn 0 (``context="blind"``) must carry the rest of
+    the plan in its own reasoning (``memo()``). With ``on_wrong="end"`` a policy that forgets the plan
+    solves a K-stage chain with probability (1/M)^(K-1) at best.
+
     ## Episode End
     Terminated on completion (or on a wrong pull with ``on_wrong="end"``); truncated after
     ``max_turns`` turns (default 2 K).
@@ -148,7 +162,8 @@ class BanditChainEnv(CoreEnv):
     ## Arguments
     ``stages=4``, ``arms=4``, ``good_arms=1``, ``on_wrong="stay"``, ``dense=False``,
     ``max_turns=None``, ``void_penalty=0.0``, ``layout_seed=None`` (an int fixes one layout for
-    every task, drawn from that seed: a bandit to learn by heart rather than to explore per task).
+    every task, drawn from that seed: a bandit to learn by heart rather than to explore per task),
+    ``show_layout=False`` (the plan in the prompt; needs ``good_arms=1``).
 
     ## Version History
     - v0: first version.

@@ -23,7 +23,7 @@ from .gridworld import HOLE, GridCore, goal_distance, neighbours
 from .bandit_chain import BanditCore
 from .mock_search import SearchCore, oracle_actions
 
-__all__ = ["expert_actions", "process_scores", "write_demos", "load_demos", "DEMO_DIR", "DEMO_CONFIGS"]
+__all__ = ["expert_actions", "expert_memo", "process_scores", "write_demos", "load_demos", "DEMO_DIR", "DEMO_CONFIGS"]
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demos"
 # the env settings the shipped demonstration files were made with
@@ -32,6 +32,15 @@ DEMO_CONFIGS = {
     "bandit_chain": {"layout_seed": 0},
     "mock_search": {},
 }
+
+
+def expert_memo(core: BatchedCore, rows: Optional[np.ndarray] = None) -> list[list[int]]:
+    """What each of ``rows`` (default all copies) must remember, as the expert writes it in its reasoning:
+    ``core.memo(i)`` (a T-maze's cue, a chain's remaining plan, a lake's remaining route). A core
+    without ``memo`` has nothing to remember: empty lists."""
+    rows = np.arange(core.num_envs) if rows is None else np.asarray(rows)
+    memo = getattr(core, "memo", None)
+    return [list(memo(int(i))) if memo is not None else [] for i in rows]
 
 
 def expert_actions(core: BatchedCore, rows: Optional[np.ndarray] = None) -> np.ndarray:

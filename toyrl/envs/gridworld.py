@@ -12,8 +12,8 @@ from gymnasium import spaces
 
 from .core import VOID, BatchedCore, CoreEnv, mix64, parse_bracket_action
 
-__all__ = ["MAPS", "GridCore", "GridWorldEnv", "random_map", "map_to_array", "neighbours", "shortest_path",
-           "goal_distance"]
+__all__ = ["MAPS", "LAYOUTS", "GridCore", "GridWorldEnv", "random_map", "tmaze_map", "map_to_array", "neighbours",
+           "shortest_path", "goal_distance"]
 
 FROZEN, HOLE, GOAL, START = 0, 1, 2, 3
 TILE_CHARS = "FHGS"
@@ -49,10 +49,14 @@ def neighbours(n: int) -> np.ndarray:
     return out
 
 
-def shortest_path(tiles: np.ndarray, n: int) -> Optional[list[int]]:
-    """BFS from S to G avoiding holes on a deterministic map -> list of actions, or None if unreachable."""
+def shortest_path(tiles: np.ndarray, n: int, start: Optional[int] = None) -> Optional[list[int]]:
+    """BFS to G avoiding holes on a deterministic map, from ``start`` (default the S cell) -> list of actions,
+    or None if unreachable."""
     nxt = neighbours(n)
-    start, goal = int(np.flatnonzero(tiles == START)[0]), int(np.flatnonzero(tiles == GOAL)[0])
+    start = int(np.flatnonzero(tiles == START)[0]) if start is None else int(start)
+    goal = int(np.flatnonzero(tiles == GOAL)[0])
+    if start == goal:
+        return []
     prev = {start: None}
     frontier = [start]
     while frontier:
@@ -106,13 +110,43 @@ def random_map(rng: np.random.Generator, n: int = 4, p_frozen: float = 0.8) -> n
             return tiles.astype(np.int64)
 
 
+LAYOUTS = ("random", "tmaze")
+"""how ``GridCore`` draws maps: random lakes, or T-mazes whose goal side is the cue"""
+
+
+def tmaze_map(n: int, side: int) -> np.ndarray:
+    """An n x n T-maze (n odd, >= 3) -> (n*n,) tiles: a corridor down the middle column from S (top) to the
+    bottom row, which is ice from wall to wall; G at the bottom-left corner (``side`` 0) or bottom-right
+    (``side`` 1), a hole at the other corner, holes everywhere else. Any step off the corridor falls in, so
+    the agent's cell never records the cue: after turn 0 it survives only in what the agent wrote.
+    Optimal length (n - 1) + (n - 1) / 2. Example: n=3, side=1 -> ["HSH", "HFH", "HFG"].
+    """
+    if n < 3 or n % 2 == 0:
+        raise ValueError(f"a T-maze needs an odd size >= 3, got size={n}")
+    if side not in (0, 1):
+        raise ValueError(f"side must be 0 (goal bottom-left) or 1 (bottom-right), got {side!r}")
+    tiles = np.full((n, n), HOLE, dtype=np.int64)
+    c = n // 2
+    tiles[:, c] = FROZEN
+    tiles[n - 1, 1:n - 1] = FROZEN
+    tiles[0, c] = START
+    tiles[n - 1, (0, n - 1)[side]] = GOAL
+    return tiles.reshape(-1)
+
+
 class GridCore(BatchedCore):
     """N GridWorld copies stepped with numpy; see ``GridWorldEnv`` for the rules."""
 
     def __init__(self, num_envs: int, *, size: int = 4, map_name: Optional[str] = None, slip: float = 0.0,
                  max_turns: Optional[int] = None, p_frozen: float = 0.8, void_penalty: float = 0.0,
-                 seed: Optional[int] = None):
+                 layout: str = "random", seed: Optional[int] = None):
         super().__init__(num_envs, seed)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if layout == "tmaze" and (map_name is not None or size < 3 or size % 2 == 0):
+            raise ValueError(f"layout='tmaze' needs an odd size >= 3 and no map_name, got size={size}, "
+                             f"map_name={map_name!r}")
+        self.layout = layout
         if map_name is not None:
             if map_name not in MAPS:
                 raise ValueError(f"map_name must be one of {sorted(MAPS)}, got {map_name!r}")
@@ -132,6 +166,8 @@ class GridCore(BatchedCore):
     def sample_tasks(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self._fixed is not None:
             return np.repeat(self._fixed[None], n, 0)                     # (n, n*n)
+        if self.layout == "tmaze":
+            return np.stack([tmaze_map(self.size, int(side)) for side in rng.integers(0, 2, n)])
         return np.stack([random_map(rng, self.size, self.p_frozen) for _ in range(n)])
 
     def reset(self, tasks: np.ndarray) -> np.ndarray:
@@ -171,6 +207,15 @@ class GridCore(BatchedCore):
 
     def state_keys(self) -> np.ndarray:
         return mix64(self.state["map_hash"], self.state["pos"])
+
+    def memo(self, i: int = 0) -> list[int]:
+        """What copy i must carry forward when it cannot see its map again (a blind context), as action ids:
+        on a T-maze the side of the goal ([0] left or [2] right: the cue); on other maps the shortest route
+        from the current cell (the remaining plan). Example: T-maze with the goal bottom-right -> [2]."""
+        tiles, n = self.state["tiles"][i], self.size
+        if self.layout == "tmaze":
+            return [LEFT if tiles[n * (n - 1)] == GOAL else RIGHT]
+        return shortest_path(tiles, n, int(self.state["pos"][i])) or []
 
     # ---- token view for a small-vocabulary policy: tile ids 0..3, then cell ids 4..4+n*n-1 ----
     @property
@@ -217,7 +262,9 @@ class GridWorldEnv(CoreEnv):
     turn (unparseable text): the agent stays and pays ``void_penalty``.
 
     ## Observation Space
-    ``Discrete(N*N)``: the agent's cell ``row * N + col``. ``render_text()`` draws the map.
+    ``Discrete(N*N)``: the agent's cell ``row * N + col``. ``render_text()`` draws the map. The map is
+    in the prompt only: a policy whose context drops the prompt after turn 0 (``context="blind"``)
+    must carry what it needs in its own reasoning (``memo()`` says what that is).
 
     ## Rewards
     +1 on reaching the goal, 0 otherwise (sparse); ``-void_penalty`` on a void turn.
@@ -227,10 +274,13 @@ class GridWorldEnv(CoreEnv):
 
     ## Arguments
     ``size=4`` (N), ``map_name=None`` (one of ``MAPS``: "4x4", "5x5", "8x8"), ``slip=0.0``,
-    ``max_turns=None``, ``p_frozen=0.8`` (ice probability of drawn maps), ``void_penalty=0.0``.
+    ``max_turns=None``, ``p_frozen=0.8`` (ice probability of drawn maps), ``void_penalty=0.0``,
+    ``layout="random"`` (``"tmaze"``: an odd-sized T-maze whose goal corner, left or right, is drawn per
+    task and shown only in the map: a cue to remember down a corridor where any side step is a hole;
+    optimal length 1.5 (N - 1); a policy that forgets the cue wins half the time at best).
 
     ## Version History
-    - v0: first version.
+    - v0: first version (``layout="tmaze"`` and ``memo()`` added later; random lakes unchanged).
     """
 
     core_cls = GridCore

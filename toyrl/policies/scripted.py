@@ -7,15 +7,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from ..envs.core import VOID, BatchedCore
-from ..envs.experts import expert_actions
+from ..envs.experts import expert_actions, expert_memo
 
-__all__ = ["ScriptedPolicy", "replay_chooser"]
+__all__ = ["ScriptedPolicy", "replay_chooser", "expert_memo"]
 
 
 @dataclass
@@ -34,10 +34,19 @@ class ScriptedPolicy:
     It follows the rollout's convention that ``generate`` is called for the copies not yet done,
     in order, and tells a ``constraint`` (the turn grammar) what it wrote, so its tokens carry their
     grammar states like sampled ones. Log-probs and entropies are 0 (the behaviour is deterministic).
+
+    ``reason(core, live_rows) -> list of int lists`` (e.g. ``expert_memo``: the cue or plan the task asks
+    to remember) makes the expert *write reasoning*: each turn opens with ``codec.think_ids`` of its
+    row's list, so behaviour cloning teaches the policy to carry that through its own tokens. None: the
+    turn is the action alone.
     """
 
-    def __init__(self, core: BatchedCore, codec, choose: Callable = expert_actions, device="cpu"):
+    def __init__(self, core: BatchedCore, codec, choose: Callable = expert_actions, device="cpu",
+                 reason: Optional[Callable] = None):
+        if reason is not None and not hasattr(codec, "think_ids"):
+            raise ValueError(f"reason needs a codec that writes reasoning tokens (think_ids), got {type(codec).__name__}")
         self.core, self.codec, self.choose, self._device = core, codec, choose, torch.device(device)
+        self.reason = reason
         self.vocab_size = codec.size
 
     @property
@@ -55,7 +64,10 @@ class ScriptedPolicy:
 
     def turn_tokens(self, act: np.ndarray, rows: np.ndarray, max_new: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The tokens (n, M) and mask of the turns that play ``act`` (right-padded, cut at ``max_new``)."""
-        seqs = [self.codec.action_ids(self.core, int(a), int(i))[:max_new] for a, i in zip(act, rows)]
+        notes = self.reason(self.core, rows) if self.reason is not None else [[] for _ in rows]
+        think = [self.codec.think_ids(r) if a != VOID else [] for r, a in zip(notes, act)]
+        seqs = [(w + self.codec.action_ids(self.core, int(a), int(i)))[:max_new]
+                for w, a, i in zip(think, act, rows)]
         tokens = torch.full((len(seqs), max_new), self.codec.PAD, dtype=torch.long)   # (n, M)
         mask = torch.zeros(len(seqs), max_new, dtype=torch.bool)
         for j, s in enumerate(seqs):

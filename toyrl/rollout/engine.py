@@ -22,7 +22,14 @@ Context policies decide what the policy reads at turn k:
 - ``full``: the prompt and every earlier turn (policy and observation tokens);
 - ``last_k``: the prompt and the last ``context_k`` turns only (truncation);
 - ``summary``: the last ``context_k`` turns in full, older turns compressed by the codec (the toy
-  codec keeps their action token and observation, drops the reasoning).
+  codec keeps their action token and observation, drops the reasoning);
+- ``blind``: the prompt at turn 0 only; later turns read the last ``context_k`` turns (the policy's own
+  tokens and the env's answers) after BOS, never the prompt again. What the task showed once (a
+  T-maze's cue, a chain's plan) reaches later turns only through what the policy wrote.
+
+``Sampling.scramble_reasoning`` (evaluation only) replaces every reasoning token by a uniformly drawn
+one before later turns read it: the success it leaves is what the policy achieves without its
+reasoning, so intact minus scrambled measures how much the reasoning carries.
 The exact context of every turn is stored, so the trainer can recompute log-probs under the same
 context (``matched``) or under the full history (``flat``): see ``toyrl.rollout.flatten``.
 """
@@ -40,9 +47,9 @@ from ..codecs.toy import ThinkingIntervention, ToyCodec
 
 __all__ = ["ToyCodec", "Turn", "Episode", "Sampling", "TurnContext", "Rollout", "rollout", "play", "play_turn",
            "to_rollout", "CONTEXTS", "recompute_logp", "left_pad", "build_context", "episode_token_bound",
-           "turn_grammar"]
+           "turn_grammar", "scramble_reasoning"]
 
-CONTEXTS = ("full", "last_k", "summary")
+CONTEXTS = ("full", "last_k", "summary", "blind")
 
 
 @dataclass
@@ -89,9 +96,12 @@ class Sampling:
     constrain: bool = True
     """sample through the codec's turn grammar (False: the whole vocabulary, observation tokens included)"""
     context: str = "full"
-    """what the policy reads: full | last_k | summary"""
+    """what the policy reads: full | last_k | summary | blind"""
     context_k: int = 2
-    """turns kept in full by last_k and summary"""
+    """turns kept in full by last_k, summary and blind"""
+    scramble_reasoning: bool = False
+    """evaluation only: later turns read uniformly random reasoning tokens in place of the written ones
+    (the stored turns hold the scrambled tokens; their log-probs are those of the written ones)"""
     tti: Optional[ThinkingIntervention] = None
     """T2PO's token-level thinking intervention (None: off)"""
     t2po_eta: float = 0.0
@@ -139,7 +149,10 @@ def build_context(ep: Episode, codec, context: str = "full", k: int = 2) -> list
     if context not in CONTEXTS:
         raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
     keep_from = 0 if context == "full" else max(0, len(ep.turns) - k)
-    out = list(ep.prompt)
+    if context == "blind" and ep.turns:                 # BOS (if the codec opens prompts with it), no prompt
+        out = list(ep.prompt[:1]) if ep.prompt and ep.prompt[0] == getattr(codec, "BOS", None) else []
+    else:
+        out = list(ep.prompt)
     for j, t in enumerate(ep.turns):
         if j >= keep_from:
             out += t.gen + t.obs
@@ -218,6 +231,17 @@ def resample_flat_turns(policy, episodes: list, codec, live: np.ndarray, s: Samp
     return n_redo, n_wasted
 
 
+def scramble_reasoning(tokens: torch.Tensor, mask: torch.Tensor, codec, generator=None) -> torch.Tensor:
+    """``tokens`` (n, M) with every written reasoning token replaced by one drawn uniformly from the codec's
+    ``n_think`` reasoning tokens; END, actions and padding untouched, so each turn parses to the same action.
+    Example (think0 5, n_think 4): [5, 5, END, a] -> [r, r', END, a] with r, r' uniform in 5..8."""
+    if not hasattr(codec, "reasoning_mask") or not hasattr(codec, "n_think"):
+        raise ValueError(f"scramble_reasoning needs a codec with reasoning tokens, got {type(codec).__name__}")
+    where = codec.reasoning_mask(tokens) & mask                                   # (n, M)
+    draw = torch.randint(0, codec.n_think, tokens.shape, generator=generator, device=tokens.device)
+    return torch.where(where, codec.think0 + draw, tokens)
+
+
 def _signal(info: dict, n: int) -> np.ndarray:
     for key in ("contains_answer", "right"):
         if key in info:
@@ -260,7 +284,7 @@ def play(policy, core: BatchedCore, episodes: list, codec, sampling: Optional[Sa
     s = sampling if sampling is not None else Sampling(**sampling_kw)
     grammar = turn_grammar(codec, s, policy.device) if grammar is None else grammar
     stats = {"tokens_generated": 0, "turns_resampled": 0, "turns_cut": 0, "turns": 0}
-    reuse = s.context == "full" and s.t2po_eta <= 0          # KV reuse: the cache holds the whole history
+    reuse = s.context == "full" and s.t2po_eta <= 0 and not s.scramble_reasoning   # KV reuse: the cache holds it all
     past = past_rows = None
     while not core.done.all():
         live = np.flatnonzero(~core.done)
@@ -275,6 +299,8 @@ def play(policy, core: BatchedCore, episodes: list, codec, sampling: Optional[Sa
         stats["tokens_generated"] += int(draft.mask.sum())
         stats["turns_cut"] += int(draft.cut.sum())
         stats["turns"] += len(live)
+        if s.scramble_reasoning:
+            draft.tokens = scramble_reasoning(draft.tokens, draft.mask, codec, s.generator)
         play_turn(core, episodes, codec, live, draft, keep_states)
     return stats
 

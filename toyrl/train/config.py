@@ -133,6 +133,22 @@ class TrainConfig:
     """behaviour-cloning steps on expert demonstrations before RL"""
     bc_lr: float = 3e-3
     """learning rate of behaviour cloning"""
+    bc_reasoning: bool = False
+    """behaviour cloning's expert writes reasoning before each action: what the task asks to remember
+    (toyrl.envs.experts.expert_memo: a T-maze's cue, a chain's remaining plan), as reasoning tokens, so the
+    cloned policy learns to carry it through a blind context; needs a toy policy with think_max >= 1"""
+    bc_optimizer: str = "fresh"
+    """the AdamW that RL starts with after behaviour cloning: fresh (zero moment estimates) | continue (the one
+    BC used, its moments and step count kept, its lr set to lr); continue needs bc_steps > 0"""
+    lr_warmup: int = 0
+    """linear RL learning-rate warmup over this many optimizer updates (not steps): update k (0-based, skipped
+    updates not counted) uses lr * min(1, (k + 1) / lr_warmup), see toyrl.train.trainer.warmup_lr; 0: lr throughout"""
+    skip_zero_adv: bool = False
+    """take no policy optimizer step at all on a step whose advantages are all exactly zero on the loss-carrying
+    tokens (every group silent, or no token left in the loss): AdamW's momentum would otherwise still move the
+    weights with a zero gradient. Skip means skip: with kl_coef or entropy_coef > 0 such a step would otherwise
+    still move through the KL / entropy terms, and it does not move either (learned credit models such as a critic
+    still fit). The row logs skipped_update (0 / 1)"""
     steps: int = 100
     """RL steps"""
     seed: int = 0
@@ -158,6 +174,14 @@ class TrainConfig:
         if self.minibatches > self.group_size * self.prompts_per_step:
             raise ValueError(f"minibatches must be <= the batch size group_size * prompts_per_step = "
                              f"{self.group_size * self.prompts_per_step}, got {self.minibatches}")
+        if not isinstance(self.skip_zero_adv, bool):
+            raise ValueError(f"skip_zero_adv must be true or false, got {self.skip_zero_adv!r}")
+        if self.bc_reasoning and (self.think_max < 1 or self.policy not in PRESETS):
+            raise ValueError(f"bc_reasoning needs a toy policy preset with think_max >= 1 (room for the expert's "
+                             f"reasoning), got policy={self.policy!r}, think_max={self.think_max}")
+        if self.bc_optimizer == "continue" and not self.bc_steps:
+            raise ValueError("bc_optimizer='continue' needs bc_steps > 0 (it keeps the optimizer behaviour cloning "
+                             "used, and with bc_steps=0 there is none); set bc_steps or bc_optimizer='fresh'")
         if self.think_min > self.think_max:
             raise ValueError(f"think_min must be <= think_max={self.think_max}, got {self.think_min}")
         if (self.tti_delta or self.think_min) and self.policy not in PRESETS:
@@ -184,6 +208,8 @@ class TrainConfig:
             raise ValueError(f"unknown rollout {self.rollout!r}; valid: independent, {', '.join(STRATEGIES)}")
         if self.recompute not in ("matched", "flat"):
             raise ValueError(f"recompute must be matched or flat, got {self.recompute!r}")
+        if self.bc_optimizer not in BC_OPTIMIZERS:
+            raise ValueError(f"bc_optimizer must be one of {', '.join(BC_OPTIMIZERS)}, got {self.bc_optimizer!r}")
 
     def methods(self) -> list:
         """[(kind, name, needs)] of the run's estimator, clip scheme and filters (names already checked)."""
@@ -233,6 +259,8 @@ class TrainConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+BC_OPTIMIZERS = ("fresh", "continue")
+"""the values of bc_optimizer: RL's AdamW after behaviour cloning is a new one, or BC's own"""
 AUTOCAST = (None, "none", "fp32", "bf16", "fp16")
 """the autocast values toyrl.train.build takes"""
 
@@ -241,6 +269,7 @@ RANGES = {"group_size": "[1, 4096]", "prompts_per_step": "[1, 4096]", "steps": "
           "staleness": "[0, 1000]", "eval_every": "[0, 1e7]", "eval_episodes": "[1, 65536]", "context_k": "[1, 1e4]",
           "tti_delta": "[0, 10]", "tti_window": "[1, 256]", "tti_min_think": "[0, 256]", "t2po_eta": "[0, 10]",
           "kl_coef": "[0, 1e6]", "grad_clip": "[0, 1e9]", "bc_steps": "[0, 1e6]", "max_turns": "[1, 1e4]",
+          "lr_warmup": "[0, 1e7]",
           "lr": "(0, inf)", "critic_lr": "(0, inf)", "bc_lr": "(0, inf)", "entropy_coef": "[0, 1e6]",
           "temperature": "(0, inf)", "critic_gamma": "[0, 1]", "seed": "[0, 1e18]"}
 """field -> its valid interval ("(" / ")" exclude the bound; an Optional field may also be None)"""

@@ -10,12 +10,16 @@ One step is three plain functions:
     prep = self.prepare(ro)      # critic, advantages, filters, behaviour / reference log-probs
     upd = self.update(ro, prep)  # ppo_epochs x minibatches of: recompute -> policy_loss -> AdamW
 
-then a row of diagnostics. The off-policy regime is explicit: ``staleness`` rolls out with the
-weights of k steps ago, ``ppo_epochs`` x ``minibatches`` updates reuse each batch, and every row
-logs ``policy_lag_mean`` / ``policy_lag_max``, the optimizer updates between the weights that sampled
-a batch and the weights that took each update. ``eval_every`` plays fresh independent episodes on
-a held-out task set with its own generators, so evaluation never changes the training run. Same
-seed on CPU, same log (timing fields aside).
+then a row of diagnostics. Beside ``grad_norm`` each row logs ``update_norm``, the distance the weights moved
+(AdamW moves them on a zero gradient too: its momentum), and ``skipped_update``: ``skip_zero_adv`` takes no
+optimizer step when every loss-carrying advantage is exactly zero. After behaviour cloning, RL's AdamW is a
+fresh one or BC's own (``bc_optimizer``), its lr optionally warmed up (``lr_warmup``, ``warmup_lr``).
+
+The off-policy regime is explicit: ``staleness`` rolls out with the weights of k steps ago, ``ppo_epochs`` x
+``minibatches`` updates reuse each batch, and every row logs ``policy_lag_mean`` / ``policy_lag_max``, the
+optimizer updates between the weights that sampled a batch and the weights that took each update. ``eval_every``
+plays fresh independent episodes on a held-out task set with its own generators, so evaluation never changes the
+training run. Same seed on CPU, same log (timing fields aside).
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ import torch
 from .config import TrainConfig
 from ..credit import ESTIMATORS, warn_group_size, warn_zero_variance
 from .credit_models import CreditModels
-from ..envs.experts import DEMO_CONFIGS, expert_actions, load_demos
+from ..envs.experts import DEMO_CONFIGS, expert_actions, expert_memo, load_demos
 from ..policies.scripted import ScriptedPolicy, replay_chooser
 from .bc import bc_loss
 from ..diagnostics import pool_loss_stats, stability_report
@@ -46,7 +50,41 @@ from .runlog import RunLog
 from ..codecs.toy import ThinkingIntervention
 from ..rollout.tree import tree_rollout
 
-__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "check_context"]
+__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "check_context", "warmup_lr", "update_norm"]
+
+
+def warmup_lr(step: int, lr: float, warmup: int) -> float:
+    """Linear learning-rate warmup (Goyal et al., arXiv 1706.02677; for Adam's early steps see RAdam, 1908.03265).
+
+        lr_k = lr * min(1, (k + 1) / W)        (W = warmup; W = 0: lr_k = lr)
+
+    ``step`` is k, the 0-based index of the optimizer update. Example: lr 1e-3, warmup 4 -> updates 0, 1, 2, 3, 4
+    get 2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be a number > 0, got {lr!r}")
+    return lr if warmup == 0 else lr * min(1.0, (step + 1) / warmup)
+
+
+def update_norm(before: list, after: list) -> float:
+    """The length of one optimizer update: the L2 norm of the change of every parameter, taken together.
+
+        ||theta_after - theta_before||_2 = sqrt( sum_k sum_j (after_k[j] - before_k[j])^2 )
+
+    Example: before [tensor([0., 0.]), tensor([1.])], after [tensor([3., 0.]), tensor([5.])] -> 5.0.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"before and after must hold as many tensors, got {len(before)} and {len(after)}")
+    for k, (b, a) in enumerate(zip(before, after)):
+        if b.shape != a.shape:
+            raise ValueError(f"before[{k}] and after[{k}] must have one shape, "
+                             f"got {tuple(b.shape)} and {tuple(a.shape)}")
+    sq = [(a.detach().float() - b.detach().float()).pow(2).sum() for b, a in zip(before, after)]   # one per tensor
+    return torch.stack(sq).sum().sqrt().item() if sq else 0.0
 
 
 @dataclass
@@ -145,7 +183,9 @@ class Trainer:
     # ---- behaviour cloning ---------------------------------------------------------------------
     def behaviour_clone(self, steps: int) -> list[float]:
         """``steps`` updates of NLL on expert turns: shipped demos when they fit this env's settings,
-        else the planner on freshly drawn tasks. Returns the losses."""
+        else the planner on freshly drawn tasks (writing ``expert_memo`` as reasoning with ``bc_reasoning``).
+        Returns the losses. With ``bc_optimizer="continue"`` RL goes
+        on with this AdamW (``self.opt``: its moment estimates and step count kept, its lr set to ``lr``)."""
         cfg, losses = self.cfg, []
         demos = None
         if cfg.env in DEMO_CONFIGS and cfg.env_kwargs == DEMO_CONFIGS[cfg.env]:     # the demos' own settings
@@ -162,7 +202,8 @@ class Trainer:
                 choose = replay_chooser([demos[i]["actions"] for i in pick])
             else:
                 tasks, choose = self.core.sample_tasks(self.rng, self.B), expert_actions
-            expert = ScriptedPolicy(self.core, self.codec, choose, self.device)
+            memo = expert_memo if cfg.bc_reasoning else None
+            expert = ScriptedPolicy(self.core, self.codec, choose, self.device, reason=memo)
             ro = rollout(expert, self.core, tasks, np.arange(self.B), codec=self.codec, sampling=s)
             logp, _ = recompute_logp(self.policy, ro, "matched")
             loss = bc_loss(logp, ro.batch.policy_mask)
@@ -170,6 +211,10 @@ class Trainer:
             loss.backward()
             opt.step()
             losses.append(loss.item())
+        if cfg.bc_optimizer == "continue":
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr
+            self.opt = opt
         return losses
 
     # ---- one RL step: collect -> prepare -> update ---------------------------------------------
@@ -229,11 +274,16 @@ class Trainer:
 
     def update(self, ro: Rollout, prep: Prepared) -> dict:
         """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer updates. ``loss`` and ``info``
-        pool the loss statistics of all of them (``pool_loss_stats``: token-weighted means, min / max of extremes)."""
+        pool the loss statistics of all of them (``pool_loss_stats``: token-weighted means, min / max of extremes).
+        ``update_norms``: how far each update moved the weights (0 where no step was taken); ``skipped``: True when
+        ``skip_zero_adv`` found every loss-carrying advantage zero, so no update stepped (losses and gradients are
+        still computed, for the row)."""
         cfg, B = self.cfg, ro.batch.B
         behaviour_version = ro.batch.policy_version[0].item() if ro.batch.policy_version is not None else self.version
         self.policy.train()
-        out, stats = {"lags": [], "grad_norms": [], "t_fwd": 0.0, "t_bwd": 0.0}, []
+        skip = cfg.skip_zero_adv and not bool((prep.adv[prep.lmask] != 0).any())   # no token carries an advantage
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        out, stats = {"lags": [], "grad_norms": [], "update_norms": [], "skipped": skip, "t_fwd": 0.0, "t_bwd": 0.0}, []
         for _ in range(cfg.ppo_epochs):
             order = self.mb_rng.permutation(B) if cfg.minibatches > 1 else np.arange(B)
             for chunk in np.array_split(order, cfg.minibatches):
@@ -246,9 +296,17 @@ class Trainer:
                 norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
                                                       cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
                 out["lags"].append(self.version - behaviour_version)
-                if torch.isfinite(norm):
-                    self.opt.step()
+                moved = 0.0
+                if torch.isfinite(norm) and not skip:
+                    if cfg.lr_warmup:
+                        for g in self.opt.param_groups:
+                            g["lr"] = warmup_lr(self.version, cfg.lr, cfg.lr_warmup)
+                    with torch.no_grad():
+                        before = [p.detach().clone() for p in params]
+                        self.opt.step()
+                        moved = update_norm(before, params)
                     self.version += 1
+                out["update_norms"].append(moved)
                 out["t_fwd"], out["t_bwd"] = out["t_fwd"] + tb - ta, out["t_bwd"] + time.perf_counter() - tb
                 out["grad_norms"].append(norm.item())
                 stats.append({"loss": loss.detach(), **{k: v for k, v in info.items()      # scalars and (H,) lists
@@ -291,6 +349,8 @@ class Trainer:
             "reasoning_tokens_per_turn": float(reasoning.sum()) / n_turns,
             "obs_token_rate": ro.stats.get("obs_token_rate", 0.0), "tti_cut_rate": ro.stats.get("turns_cut", 0) / n_turns,
             **times, **prep.logs,
+            "update_norm": max(upd["update_norms"]), "update_norm_mean": float(np.mean(upd["update_norms"])),
+            "skipped_update": int(upd["skipped"]),
         })
         return row
 

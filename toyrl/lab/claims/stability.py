@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import Claim, Test, about, auc, collapse_times, early, final, log10_grad, peak_drop, smooth, success_metrics
+from ...collapse import RULE, classify
+from .spec import Claim, Test, about, auc, early, final, log10_grad, peak_drop, smooth, success_metrics
 
 __all__ = ["STABILITY_CLAIMS", "ECHO_BASE", "COLLAPSE_BASE", "FREE_BASE", "FORMAT_KW"]
 
@@ -35,13 +36,21 @@ def _precursor(s: dict) -> float:
     return float(np.any((z >= 0.8) & (m >= 0.66 * peak) & (peak >= 0.2)))
 
 
+def _nan(x) -> float:
+    return float("nan") if x is None else float(x)
+
+
 def _echo_metrics(s: dict) -> dict:
-    """Per-run collapse metrics; ``std_first`` is 1 if the std dropped strictly before the mean collapsed, 0 if
-    not, NaN for a run that did not collapse (the stats skip NaN, so it is a share of collapsed seeds)."""
-    ts, tc = collapse_times(s["reward_mean"], s["reward_std"])
+    """Per-run collapse and freeze metrics by ``toyrl.collapse.classify`` with the ledger's ``RULE`` (a fall
+    that lasts, with a non-zero gradient in it; "collapse-v2"). ``std_first`` is 1 if the std dropped strictly
+    before the mean collapsed, 0 if not, NaN for a run that did not collapse (the stats skip NaN, so it is a
+    share of collapsed seeds); ``lead`` (steps) is NaN unless both drops happened; ``frozen`` is 1 for a run
+    with a freeze (>= 10 zero-gradient steps with the reward held), ``freeze_len`` its length (0 if none)."""
+    c = classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **RULE)           # None (JSON) reads as NaN
+    ts, tc = _nan(c["t_std_drop"]), _nan(c["t_collapse"])
     mi = np.asarray(s["template_mi"], float)
-    return {"collapsed": float(np.isfinite(tc)), "t_std_drop": ts, "t_mean_collapse": tc, "lead": tc - ts,
-            "std_first": float(ts < tc) if np.isfinite(tc) else float("nan"),
+    return {"collapsed": float(c["collapsed"]), "t_std_drop": ts, "t_mean_collapse": tc, "lead": tc - ts,
+            "std_first": _nan(c["std_first"]), "frozen": float(c["frozen"]), "freeze_len": float(c["freeze_len"]),
             "precursor": _precursor(s), "template_mi_change": final(mi) - early(mi),
             "final_success": final(s["success_rate"]), "peak_drop": peak_drop(s["success_rate"]),
             "auc_success": auc(s["success_rate"])}

@@ -25,12 +25,15 @@ rate is 1 and the ``void_turn`` filter keeps everything (its cell reproduces the
 for seed: a check). Env: random 4x4 lakes (a new map per task, so first-turn prompts differ and
 RAGEN-2's I(X;Z) is defined).
 
-Per run (``run_metrics``): collapse by the ledger's rule (``toyrl.lab.claims.spec.collapse_times`` on
-the mean and within-group std of the reward), time to collapse, final and AUC success, grad-norm
-spikes (steps above ``SPIKE`` x the run's median norm), format-valid rate, and RAGEN-2's reasoning
-diagnostics (``toyrl.lab.scorecard.mi``) on a held-out probe batch every ``diag_every`` steps. Per
-cell: means over seeds with 95% percentile-bootstrap intervals (``summary``: resampling seeds keeps
-a rate's interval inside [0, 1], which a t-interval over 3 seeds does not) and a regime label.
+Per run (``run_metrics``): collapse and freeze by the ledger's rule (``toyrl.collapse.classify`` with
+``RULE`` on the mean and within-group std of the reward and the gradient norm; a record names its rule in
+``meta["collapse_rule"]``, and one that names none, like the shipped card, was computed with the earlier
+argmax-peak rule ``toyrl.lab.claims.spec.collapse_times`` and is re-summarized with it), time to collapse,
+final and AUC success, grad-norm spikes (steps above ``SPIKE`` x the run's median norm), format-valid
+rate, and RAGEN-2's reasoning diagnostics (``toyrl.lab.scorecard.mi``) on a held-out probe batch every
+``diag_every`` steps. Per cell (``freeze_rate`` too where the rule has a freeze detector): means over
+seeds with 95% percentile-bootstrap intervals (``summary``: resampling seeds keeps a rate's interval
+inside [0, 1], which a t-interval over 3 seeds does not) and a regime label.
 Figures and the notebook helpers are in ``toyrl.lab.scorecard.plot``.
 """
 from __future__ import annotations
@@ -43,13 +46,14 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ...collapse import RULE, RULE_NAME, classify
 from ..claims.spec import auc, collapse_times, final
 from ..results import REPO, atomic_write
 from .mi import regime
 
 __all__ = ["DIALS", "BASE", "REGIME", "SETTINGS", "STEPS", "SPIKE", "design", "cell_config", "cell_name", "run_one",
-           "run_metrics", "select_cells", "summarize_cell", "effects", "run_scorecard", "build_record", "rebuild",
-           "summary", "paired_effect", "REPO"]
+           "run_metrics", "collapse_of", "LEGACY_RULE", "select_cells", "summarize_cell", "effects", "run_scorecard",
+           "build_record", "rebuild", "summary", "paired_effect", "REPO"]
 
 
 DIALS = {
@@ -191,15 +195,39 @@ def _arr(x) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in x], dtype=float)
 
 
-def run_metrics(run: dict) -> dict:
-    """Scalar metrics of one run (see the module docstring); NaN where a quantity does not exist."""
+LEGACY_RULE = "collapse-v1"
+"""the rule of a record whose meta names none: ``spec.collapse_times`` (argmax peak, no persistence or gradient)"""
+
+
+def _nan(x) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def collapse_of(series: dict, rule: str = RULE_NAME) -> dict:
+    """{"collapsed", "t_collapse", "t_std_drop"} of one run's series by the named rule (NaN where none), plus
+    {"frozen", "t_freeze"} under ``RULE_NAME`` (``toyrl.collapse.classify`` with ``RULE``); ``LEGACY_RULE``
+    recomputes records stored before it. Example: a run whose mean falls from .8 to 0 at step 10 of 20 with
+    gradients -> collapsed 1.0 at step 12 (5-step means) under either rule."""
+    m, sd = _arr(series["reward_mean"]), _arr(series["reward_std"])
+    if rule == LEGACY_RULE:
+        ts, tc = collapse_times(m, sd)
+        return {"collapsed": float(np.isfinite(tc)), "t_collapse": tc, "t_std_drop": ts}
+    if rule != RULE_NAME:
+        raise ValueError(f"rule must be {RULE_NAME!r} or {LEGACY_RULE!r}, got {rule!r}")
+    c = classify(m, sd, _arr(series["grad_norm"]), **RULE)
+    return {"collapsed": float(c["collapsed"]), "t_collapse": _nan(c["t_collapse"]),
+            "t_std_drop": _nan(c["t_std_drop"]), "frozen": float(c["frozen"]), "t_freeze": _nan(c["t_freeze"])}
+
+
+def run_metrics(run: dict, rule: str = RULE_NAME) -> dict:
+    """Scalar metrics of one run (see the module docstring), collapse by ``rule`` (``collapse_of``); NaN where a
+    quantity does not exist."""
     s, d = run["series"], run.get("diag", {})
-    ts, tc = collapse_times(_arr(s["reward_mean"]), _arr(s["reward_std"]))
     g = _arr(s["grad_norm"])
     pos = g[np.isfinite(g) & (g > 0)]
     med = float(np.median(pos)) if pos.size else float("nan")
     last = lambda k: _arr(d.get(k, [None]))[-1] if d.get(k) else float("nan")   # noqa: E731
-    return {"collapsed": float(np.isfinite(tc)), "t_collapse": tc, "t_std_drop": ts,
+    return {**collapse_of(s, rule),
             "final_success": final(_arr(s["success_rate"])), "auc_success": auc(_arr(s["success_rate"])),
             "spike_rate": float((pos > SPIKE * med).mean()) if pos.size else 0.0,
             "log10_max_grad": float(np.log10(pos.max())) if pos.size else float("nan"),
@@ -214,10 +242,11 @@ METRICS = ("collapsed", "t_collapse", "final_success", "auc_success", "spike_rat
 
 
 def summarize_cell(cell: dict, seeds: Sequence[int], metrics: list, n_think: int) -> dict:
-    """A cell's record: its dials, seeds, each metric's mean and 95% interval over seeds, and its regime."""
+    """A cell's record: its dials, seeds, each metric's mean and 95% interval over seeds, and its regime
+    (plus ``freeze_rate`` where the runs were classified by a rule with a freeze detector)."""
     out = {**cell, "name": cell_name(cell), "seeds": list(seeds)}
-    for k in METRICS:
-        key = "collapse_rate" if k == "collapsed" else k
+    for k in METRICS + (("frozen",) if metrics and "frozen" in metrics[0] else ()):
+        key = {"collapsed": "collapse_rate", "frozen": "freeze_rate"}.get(k, k)
         out[key] = summary([m[k] for m in metrics])
     ubs = [m["mi_upper_bound"] for m in metrics if np.isfinite(m["mi_upper_bound"])]
     ub = float(np.mean(ubs)) if ubs else float("nan")
@@ -250,17 +279,19 @@ def _command(seeds: int, quick: bool, env: str, cells: Optional[int], steps: Opt
 def build_record(runs: dict, meta: dict) -> dict:
     """The scorecard record from every run (cell name -> [{"seed", "series", "diag", "time_s"}]) and
     ``meta`` (env, steps, quick, diag_every, command, workers, backend, run_time_s): per-cell
-    summaries and marginal effects. Pure, so a stored runs.json can be re-summarized (``rebuild``)."""
+    summaries and marginal effects. Pure, so a stored runs.json can be re-summarized (``rebuild``): with the
+    collapse rule ``meta["collapse_rule"]`` names (``LEGACY_RULE`` where it names none)."""
     by_name = {cell_name(c): c for c in design("full")}
     grid = [by_name[name] for name in runs]
-    per_run = {name: [run_metrics(r) for r in rs] for name, rs in runs.items()}
+    rule = meta.get("collapse_rule", LEGACY_RULE)
+    per_run = {name: [run_metrics(r, rule) for r in rs] for name, rs in runs.items()}
     seed_list = [r["seed"] for r in next(iter(runs.values()))]
     env = meta["env"]
     return {
         "title": f"Stability scorecard: {env}, off-policy long-turn regime",
         "setting": {**SETTINGS[env], "regime": REGIME, "steps": meta["steps"], "quick": meta["quick"],
                     "design": "ofat", "base": BASE, "dials": DIALS, "spike_factor": SPIKE,
-                    "diag_every": meta["diag_every"],
+                    "diag_every": meta["diag_every"], "collapse_rule": rule,
                     "probe": "8 held-out tasks x 8 samples; first-turn (prompt, reasoning) pairs",
                     "regime_cutoffs": "H(Z|X) per token high if >= 0.5 log(n_think); I(X;Z) per sequence high "
                                       "if >= 0.1 log N (N prompts); RAGEN-2 defines no cut-offs",
@@ -330,8 +361,8 @@ def run_scorecard(*, seeds=10, quick: bool = False, env: str = "gridworld", out_
     runs: dict = {}
     for (c, s), res in zip(pairs, results):
         runs.setdefault(cell_name(c), []).append({"seed": s, **res})
-    meta = {"env": env, "steps": n_steps, "quick": quick, "diag_every": diag_every, "workers": workers,
-            "backend": backend, "run_time_s": round(time.time() - t0, 1),
+    meta = {"env": env, "steps": n_steps, "quick": quick, "diag_every": diag_every, "collapse_rule": RULE_NAME,
+            "workers": workers, "backend": backend, "run_time_s": round(time.time() - t0, 1),
             "command": _command(len(seed_list), quick, env, cells, steps, workers)}
     record = {**build_record(runs, meta), "meta": meta}
     if out_dir is not None:

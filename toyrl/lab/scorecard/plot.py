@@ -83,20 +83,20 @@ def cell_series(runs: dict, name: str, key: str = "success_rate") -> np.ndarray:
 
 
 def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
-    """Three panels for one cell: ``key`` per seed (collapses marked), within-group reward std, and
-    RAGEN-2's I(X;Z) / H(Z|X) on the probe batch, under a title naming the cell and its setting. Returns the figure."""
+    """Three panels for one cell: ``key`` per seed (collapses marked at the steps the record holds, by the rule
+    it names), within-group reward std, and RAGEN-2's I(X;Z) / H(Z|X) on the probe batch, under a title naming
+    the cell and its setting. Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-    from ..claims.spec import collapse_times
     from ...viz.plots import label
     cell = next(c for c in record["cells"] if c["name"] == name)
+    marks = cell["t_collapse"]["per_seed"]               # the record's own collapse steps, by the rule it names
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
-    for r in runs[name]:
+    for r, tc in zip(runs[name], marks):
         s = r["series"]
         y = np.array([np.nan if v is None else v for v in s[key]], float)
         line, = axes[0].plot(y, lw=1, alpha=0.8)
-        _, tc = collapse_times(np.array(s["reward_mean"], float), np.array(s["reward_std"], float))
-        if np.isfinite(tc):
+        if tc is not None:
             axes[0].axvline(tc, color=line.get_color(), ls="--", lw=0.8)
         axes[1].plot(np.array(s["reward_std"], float), lw=1, alpha=0.8)
         d = r.get("diag", {})
