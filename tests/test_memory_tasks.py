@@ -11,11 +11,12 @@ from gymnasium.utils.env_checker import check_env
 from toyrl.codecs.toy import ToyCodec
 from toyrl.envs import make_core
 from toyrl.envs.experts import expert_actions, expert_memo
-from toyrl.envs.gridworld import GOAL, HOLE, LEFT, RIGHT, GridCore, shortest_path, tmaze_map
+from toyrl.envs.gridworld import GOAL, HOLE, LEFT, RIGHT, GridCore, doors_map, shortest_path, tmaze_map
 from toyrl.policies.scripted import ScriptedPolicy
 from toyrl.rollout.engine import Episode, Sampling, Turn, build_context, rollout, scramble_reasoning
 
 TMAZE = {"size": 5, "layout": "tmaze"}
+DOORS = {"size": 5, "layout": "doors"}
 PLAN = {"stages": 4, "arms": 4, "on_wrong": "end", "show_layout": True}
 
 
@@ -33,6 +34,23 @@ def test_tmaze_map_by_hand_and_errors():
         GridCore(2, size=4, layout="tmaze")
 
 
+def test_doors_map_by_hand_and_errors():
+    rows = ["".join("FHGS"[t] for t in doors_map(5, 2)[r * 5:(r + 1) * 5]) for r in range(5)]
+    assert rows == ["HHSHH", "HHFHH", "HHFHH", "FFFFF", "HHHGH"]               # the docstring's example
+    for door in range(4):
+        tiles = doors_map(5, door)
+        assert (tiles[20:] == GOAL).sum() == 1 and tiles[22] == HOLE            # no door under the corridor
+        assert len(shortest_path(tiles, 5)) == 3 + abs(door + (door >= 2) - 2) + 1
+    for n, door in ((3, 0), (6, 0), (5, 4), (5, -1)):
+        with pytest.raises(ValueError, match="size|door"):
+            doors_map(n, door)
+    with pytest.raises(ValueError, match="odd size >= 5"):
+        GridCore(2, size=3, layout="doors")
+    core = GridCore(4, **DOORS)
+    core.reset(np.stack([doors_map(5, d) for d in range(4)]))
+    assert [core.memo(i) for i in range(4)] == [[0], [1], [2], [3]]
+
+
 @pytest.mark.parametrize("n", [3, 5, 7, 9])
 def test_tmaze_optimal_length(n):
     for side in (0, 1):
@@ -47,14 +65,15 @@ def test_tmaze_tasks_seeded_and_both_sides():
     assert 10 < sides.sum() < 54
 
 
-def test_tmaze_check_env_and_determinism():
-    env = gym.make("toyrl/GridWorld-v0", **TMAZE).unwrapped
+@pytest.mark.parametrize("kw", [TMAZE, DOORS])
+def test_check_env_and_determinism(kw):
+    env = gym.make("toyrl/GridWorld-v0", **kw).unwrapped
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_env(env)
     runs = []
     for _ in range(2):
-        e = gym.make("toyrl/GridWorld-v0", **TMAZE).unwrapped
+        e = gym.make("toyrl/GridWorld-v0", **kw).unwrapped
         e.action_space.seed(1)
         obs, _ = e.reset(seed=11)
         seq = [obs]
@@ -81,6 +100,7 @@ def random_success(name, kw, n=4000, seed=0):
 def test_random_policy_success():
     # T-maze 5x5: four downs in a row (a side step is a hole, up only wastes a turn), then the right corner
     assert random_success("gridworld", TMAZE) < 0.03
+    assert random_success("gridworld", DOORS) < 0.03
     # plan chain, 4 stages x 4 arms, a wrong pull ends the episode: (1/4)^4 = 0.0039
     assert abs(random_success("bandit_chain", PLAN) - 0.25 ** 4) < 0.004
 
@@ -132,7 +152,8 @@ def test_blind_context_by_hand():
     assert build_context(ep, codec, "last_k", 1)[:4] == [codec.BOS, 20, 21, 22]        # last_k keeps the prompt
 
 
-@pytest.mark.parametrize("name,kw,think_max", [("gridworld", TMAZE, 2), ("bandit_chain", PLAN, 4)])
+@pytest.mark.parametrize("name,kw,think_max", [("gridworld", TMAZE, 2), ("gridworld", DOORS, 2),
+                                               ("bandit_chain", PLAN, 4)])
 def test_reasoning_expert_solves_blind_tasks(name, kw, think_max):
     core = make_core(name, 16, seed=0, **kw)
     codec = ToyCodec.for_core(core, n_think=4, think_max=think_max)

@@ -1,5 +1,5 @@
 """The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | plot | compare |
-precompute | pretrain | bench``.
+precompute | warmstart | pretrain | bench``.
 
 Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
 ``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cli.trainflags``): one flag per
@@ -27,7 +27,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from .args import AtLeast, UsageError, choose, values
-from .results import add_backend_flags, add_precompute, add_reproduce, add_scorecard
+from .results import add_backend_flags, add_precompute, add_reproduce, add_scorecard, add_warmstart
 from ..envs import ENVS
 from .runplot import add_run_commands
 
@@ -217,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_reproduce(sub)
     add_run_commands(sub)                                  # plot, compare (toyrl.cli.runplot)
     add_precompute(sub)
+    add_warmstart(sub)
     pt = sub.add_parser("pretrain", help="behaviour-clone TinyLM on data/demos/ -> data/checkpoints/tinylm.pt")
     pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain --help)")
     pt.set_defaults(func=cmd_pretrain)

@@ -144,3 +144,32 @@ def add_precompute(sub) -> None:
     add_out_flags(pc, "runs", "the runs, one folder per target (NAME/)")
     pc.set_defaults(func=cmd_precompute)
 
+
+
+def cmd_warmstart(args) -> int:
+    from ..lab.results import atomic_write
+    from ..lab.warmstart import make_warmstart
+    from ..train.warmstart import warmstart_bytes
+    name = choose("warm start", args.name, WARMSTART_NAMES)
+    path = results_out(args, "checkpoints") / f"{name}.pt"
+    ck = make_warmstart(name, bc_steps=args.bc_steps, seed=args.seed)
+    atomic_write(path, warmstart_bytes(ck))
+    r = ck["reasoning"]
+    print(f"{name}: {path} (BC {len(ck['bc_losses'])} steps, final loss {ck['bc_losses'][-1]:.4f}; success "
+          f"{r['intact']:.3f} with its reasoning, {r['scrambled']:.3f} with it scrambled)")
+    return 0
+
+
+WARMSTART_NAMES = ("tmaze", "plan_chain")
+"""``toyrl.train.warmstart.WARMSTARTS``'s names (spelled here so the parser needs no torch; a test checks)"""
+
+
+def add_warmstart(sub) -> None:
+    """The ``warmstart`` subcommand: ``toyrl warmstart NAME [--bc-steps N] [--seed S] [--out-dir D]``."""
+    w = sub.add_parser("warmstart", help="behaviour-clone a lesson task's warm start (an LLM-like start whose "
+                                         "reasoning carries what the task needs) -> NAME.pt")
+    w.add_argument("name", help=f"the task: {', '.join(WARMSTART_NAMES)}")
+    w.add_argument("--bc-steps", action=AtLeast, default=None, help="BC updates (default: the recipe's)")
+    w.add_argument("--seed", action=AtLeast, minimum=0, default=0)
+    add_out_flags(w, "checkpoints", "the checkpoint")
+    w.set_defaults(func=cmd_warmstart)

@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from .core import VOID, BatchedCore, CoreEnv, mix64, parse_bracket_action
 
-__all__ = ["MAPS", "LAYOUTS", "GridCore", "GridWorldEnv", "random_map", "tmaze_map", "map_to_array", "neighbours",
+__all__ = ["MAPS", "LAYOUTS", "GridCore", "GridWorldEnv", "random_map", "tmaze_map", "doors_map", "map_to_array", "neighbours",
            "shortest_path", "goal_distance"]
 
 FROZEN, HOLE, GOAL, START = 0, 1, 2, 3
@@ -110,8 +110,9 @@ def random_map(rng: np.random.Generator, n: int = 4, p_frozen: float = 0.8) -> n
             return tiles.astype(np.int64)
 
 
-LAYOUTS = ("random", "tmaze")
-"""how ``GridCore`` draws maps: random lakes, or T-mazes whose goal side is the cue"""
+LAYOUTS = ("random", "tmaze", "doors")
+"""how ``GridCore`` draws maps: random lakes, T-mazes whose goal side is the cue, or a hallway of doors one of
+which is the goal (the cue)"""
 
 
 def tmaze_map(n: int, side: int) -> np.ndarray:
@@ -134,6 +135,27 @@ def tmaze_map(n: int, side: int) -> np.ndarray:
     return tiles.reshape(-1)
 
 
+def doors_map(n: int, door: int) -> np.ndarray:
+    """An n x n hallway of doors (n odd, >= 5) -> (n*n,) tiles: a corridor down the middle column from S (top)
+    to a hallway (row n - 2, ice from wall to wall); below it, row n - 1 holds n - 1 doors (every column but the
+    middle one, which is a hole), the ``door``-th of them (0-based, left to right) G and the others holes; holes
+    everywhere else. The door is seen at turn 0 only under a blind context; a policy that forgets it opens the
+    right one with probability 1 / (n - 1) at best. Optimal length (n - 2) + |column - n // 2| + 1.
+    Example: n=5, door=2 -> ["HHSHH", "HHFHH", "HHFHH", "FFFFF", "HHHGH"].
+    """
+    if n < 5 or n % 2 == 0:
+        raise ValueError(f"a hallway of doors needs an odd size >= 5, got size={n}")
+    if not 0 <= door < n - 1:
+        raise ValueError(f"door must lie in [0, {n - 1}) for size {n}, got {door!r}")
+    tiles = np.full((n, n), HOLE, dtype=np.int64)
+    c = n // 2
+    tiles[:n - 1, c] = FROZEN
+    tiles[n - 2, :] = FROZEN
+    tiles[0, c] = START
+    tiles[n - 1, door + (door >= c)] = GOAL
+    return tiles.reshape(-1)
+
+
 class GridCore(BatchedCore):
     """N GridWorld copies stepped with numpy; see ``GridWorldEnv`` for the rules."""
 
@@ -143,9 +165,9 @@ class GridCore(BatchedCore):
         super().__init__(num_envs, seed)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        if layout == "tmaze" and (map_name is not None or size < 3 or size % 2 == 0):
-            raise ValueError(f"layout='tmaze' needs an odd size >= 3 and no map_name, got size={size}, "
-                             f"map_name={map_name!r}")
+        if layout != "random" and (map_name is not None or size < (3 if layout == "tmaze" else 5) or size % 2 == 0):
+            raise ValueError(f"layout={layout!r} needs an odd size >= {3 if layout == 'tmaze' else 5} and no "
+                             f"map_name, got size={size}, map_name={map_name!r}")
         self.layout = layout
         if map_name is not None:
             if map_name not in MAPS:
@@ -168,6 +190,8 @@ class GridCore(BatchedCore):
             return np.repeat(self._fixed[None], n, 0)                     # (n, n*n)
         if self.layout == "tmaze":
             return np.stack([tmaze_map(self.size, int(side)) for side in rng.integers(0, 2, n)])
+        if self.layout == "doors":
+            return np.stack([doors_map(self.size, int(d)) for d in rng.integers(0, self.size - 1, n)])
         return np.stack([random_map(rng, self.size, self.p_frozen) for _ in range(n)])
 
     def reset(self, tasks: np.ndarray) -> np.ndarray:
@@ -210,11 +234,15 @@ class GridCore(BatchedCore):
 
     def memo(self, i: int = 0) -> list[int]:
         """What copy i must carry forward when it cannot see its map again (a blind context), as action ids:
-        on a T-maze the side of the goal ([0] left or [2] right: the cue); on other maps the shortest route
-        from the current cell (the remaining plan). Example: T-maze with the goal bottom-right -> [2]."""
+        on a T-maze the side of the goal ([0] left or [2] right: the cue), in a hallway of doors the goal door's
+        index; on other maps the shortest route from the current cell (the remaining plan). Example: T-maze with
+        the goal bottom-right -> [2]; doors with the goal at column 4 of 5 -> [3]."""
         tiles, n = self.state["tiles"][i], self.size
         if self.layout == "tmaze":
             return [LEFT if tiles[n * (n - 1)] == GOAL else RIGHT]
+        if self.layout == "doors":
+            col = int(np.flatnonzero(tiles[n * (n - 1):] == GOAL)[0])
+            return [col - (col > n // 2)]
         return shortest_path(tiles, n, int(self.state["pos"][i])) or []
 
     # ---- token view for a small-vocabulary policy: tile ids 0..3, then cell ids 4..4+n*n-1 ----
@@ -277,7 +305,9 @@ class GridWorldEnv(CoreEnv):
     ``max_turns=None``, ``p_frozen=0.8`` (ice probability of drawn maps), ``void_penalty=0.0``,
     ``layout="random"`` (``"tmaze"``: an odd-sized T-maze whose goal corner, left or right, is drawn per
     task and shown only in the map: a cue to remember down a corridor where any side step is a hole;
-    optimal length 1.5 (N - 1); a policy that forgets the cue wins half the time at best).
+    optimal length 1.5 (N - 1); a policy that forgets the cue wins half the time at best; ``"doors"``: an
+    odd-sized hallway of N - 1 doors below a corridor, one of them the goal, drawn per task; a policy that
+    forgets which wins 1 / (N - 1) of the time at best).
 
     ## Version History
     - v0: first version (``layout="tmaze"`` and ``memo()`` added later; random lakes unchanged).

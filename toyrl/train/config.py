@@ -24,6 +24,7 @@ from ..filters import FILTERS, loop_abs_adv, starpo_s, t2po_resample, void_turn,
 from ..objectives import CLIP_SCHEMES
 from .build import check_policy_name
 from ..policies.toy import PRESETS
+from .warmstart import WARMSTARTS, warmstart_path
 from ..rollout.engine import CONTEXTS
 from ..rollout.tree import STRATEGIES, tree_rollout
 
@@ -133,6 +134,11 @@ class TrainConfig:
     """behaviour-cloning steps on expert demonstrations before RL"""
     bc_lr: float = 3e-3
     """learning rate of behaviour cloning"""
+    init: Optional[str] = None
+    """start from a warm start instead of behaviour cloning here: a shipped name (toyrl.train.warmstart.WARMSTARTS:
+    tmaze, plan_chain; data/checkpoints/NAME.pt) or a file written by `toyrl warmstart`; its weights, and with
+    bc_optimizer=continue its BC optimizer's state. Its settings (env, env_kwargs, policy, n_think, think_max,
+    context, context_k) must be this run's"""
     bc_reasoning: bool = False
     """behaviour cloning's expert writes reasoning before each action: what the task asks to remember
     (toyrl.envs.experts.expert_memo: a T-maze's cue, a chain's remaining plan), as reasoning tokens, so the
@@ -179,7 +185,13 @@ class TrainConfig:
         if self.bc_reasoning and (self.think_max < 1 or self.policy not in PRESETS):
             raise ValueError(f"bc_reasoning needs a toy policy preset with think_max >= 1 (room for the expert's "
                              f"reasoning), got policy={self.policy!r}, think_max={self.think_max}")
-        if self.bc_optimizer == "continue" and not self.bc_steps:
+        if self.init is not None and not warmstart_path(self.init).is_file():
+            raise ValueError(f"init must name a warm start ({', '.join(WARMSTARTS)}) or an existing checkpoint file, "
+                             f"got {self.init!r} (no file at {warmstart_path(self.init)}; `toyrl warmstart` makes one)")
+        if self.init is not None and self.bc_steps:
+            raise ValueError(f"init and bc_steps are two warm starts: choose one (init={self.init!r}, "
+                             f"bc_steps={self.bc_steps})")
+        if self.bc_optimizer == "continue" and not self.bc_steps and self.init is None:
             raise ValueError("bc_optimizer='continue' needs bc_steps > 0 (it keeps the optimizer behaviour cloning "
                              "used, and with bc_steps=0 there is none); set bc_steps or bc_optimizer='fresh'")
         if self.think_min > self.think_max:

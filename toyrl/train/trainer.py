@@ -39,6 +39,7 @@ from .credit_models import CreditModels
 from ..envs.experts import DEMO_CONFIGS, expert_actions, expert_memo, load_demos
 from ..policies.scripted import ScriptedPolicy, replay_chooser
 from .bc import bc_loss
+from .warmstart import apply_warmstart, load_warmstart
 from ..diagnostics import pool_loss_stats, stability_report
 from ..envs import make_core
 from ..filters import FILTERS
@@ -137,6 +138,8 @@ class Trainer:
         self.version = 0                                         # optimizer updates taken so far
         self.history = deque(maxlen=cfg.staleness + 1)           # (version, weights) at the start of recent steps
         self.behaviour = copy.deepcopy(self.policy) if cfg.staleness else self.policy
+        if cfg.init is not None:                                 # a shipped or saved warm start (toyrl.train.warmstart)
+            apply_warmstart(self, load_warmstart(cfg.init))
         self.step_idx = 0
         self.log = RunLog(log_path, asdict(cfg))
         self.needs = {n for _, _, needs in cfg.methods() for n in needs}   # toyrl.credit.NEEDS words

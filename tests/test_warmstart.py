@@ -1,0 +1,79 @@
+"""Warm starts (issue 30, part 2): the BC recipe per lesson task, the checkpoint, init= in TrainConfig, the CLI."""
+import numpy as np
+import pytest
+import torch
+
+from toyrl.cli import main
+from toyrl.cli.results import WARMSTART_NAMES
+from toyrl.train import TrainConfig
+from toyrl.train.trainer import Trainer
+from toyrl.lab.warmstart import make_warmstart, reasoning_value
+from toyrl.train.warmstart import WARMSTARTS, check_matches, load_warmstart, warmstart_bytes, warmstart_path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    ck = make_warmstart("tmaze", bc_steps=3, seed=1, episodes=8)
+    path = tmp_path_factory.mktemp("ws") / "tmaze.pt"
+    path.write_bytes(warmstart_bytes(ck))
+    return ck, path
+
+
+def test_names_agree_and_shipped_files_exist():
+    assert tuple(WARMSTARTS) == WARMSTART_NAMES
+    for name in WARMSTARTS:
+        assert warmstart_path(name).is_file(), f"make it with: toyrl warmstart {name} --update-shipped"
+
+
+def test_checkpoint_holds_weights_optimizer_and_reasoning(tiny):
+    ck, _ = tiny
+    assert len(ck["bc_losses"]) == 3 and ck["settings"]["bc_reasoning"]
+    assert ck["opt_state"]["state"] and all(s["step"] == 3 for s in ck["opt_state"]["state"].values())
+    r = ck["reasoning"]
+    assert 0 <= r["scrambled"] <= 1 and 0 <= r["intact"] <= 1
+
+
+def rl_config(path, **kw):
+    s = WARMSTARTS["tmaze"]
+    return TrainConfig(env=s["env"], env_kwargs=s["env_kwargs"], policy=s["policy"], n_think=s["n_think"],
+                       think_max=s["think_max"], context=s["context"], context_k=s["context_k"], init=str(path),
+                       prompts_per_step=2, group_size=2, steps=1, progress=False, **kw)
+
+
+def test_init_loads_weights_and_optimizer(tiny):
+    ck, path = tiny
+    tr = Trainer(rl_config(path, bc_optimizer="continue", lr=1e-3))
+    for k, v in tr.policy.state_dict().items():
+        assert torch.equal(v, ck["state_dict"][k])
+    assert tr.opt.param_groups[0]["lr"] == 1e-3 and len(tr.opt.state) > 0
+    fresh = Trainer(rl_config(path))
+    assert len(fresh.opt.state) == 0                                   # fresh: the weights only
+    fresh.step()
+
+
+def test_init_errors(tiny, tmp_path):
+    ck, path = tiny
+    with pytest.raises(ValueError, match="init must name"):
+        rl_config(tmp_path / "nope.pt").validate()
+    with pytest.raises(ValueError, match="two warm starts"):
+        rl_config(path, bc_steps=3).validate()
+    with pytest.raises(ValueError, match="think_max=3"):
+        check_matches(ck, TrainConfig(**{**{k: v for k, v in WARMSTARTS["tmaze"].items()}, "think_max": 3}))
+    with pytest.raises(ValueError, match="name must be one of"):
+        make_warmstart("maze")
+    with pytest.raises(ValueError, match="init: no warm-start checkpoint"):
+        load_warmstart(tmp_path / "missing.pt")
+
+
+def test_reasoning_value_bad_input(tiny):
+    cfg = TrainConfig(**WARMSTARTS["tmaze"])
+    with pytest.raises(ValueError, match="episodes"):
+        reasoning_value(None, None, cfg, episodes=0)
+
+
+def test_cli_writes_checkpoint(tmp_path, capsys):
+    assert main(["warmstart", "plan_chain", "--bc-steps", "2", "--out-dir", str(tmp_path)]) == 0
+    ck = load_warmstart(tmp_path / "plan_chain.pt")
+    assert ck["name"] == "plan_chain" and len(ck["bc_losses"]) == 2
+    assert "with its reasoning" in capsys.readouterr().out
+    assert main(["warmstart", "maze", "--out-dir", str(tmp_path)]) == 2

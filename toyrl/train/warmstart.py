@@ -1,0 +1,91 @@
+"""An LLM-like start for the toy: one behaviour-cloned policy per lesson task, shipped, that reasoning serves.
+
+Agent RL does not start from noise: it starts from a pretrained, instruction-tuned model that already
+writes plausible reasoning and mostly valid actions, and every RL seed starts from *that same* model.
+A warm start here is the toy's version of it. An expert plays the task and writes, before each action,
+what the task asks to remember (``toyrl.envs.experts.expert_memo``: a T-maze's cue, a chain's remaining
+plan); ``bc_steps`` updates of behaviour cloning on those turns give a competent, imperfect policy. Its
+weights and the BC optimizer's state are saved together, so RL can go on with that optimizer
+(``TrainConfig.bc_optimizer="continue"``) instead of meeting the policy with a fresh AdamW. This module holds
+the recipes, the checkpoint format and its loading (``TrainConfig(init=NAME)``); ``toyrl.lab.warmstart`` makes
+the checkpoints and measures what their reasoning carries.
+
+The lesson tasks (``WARMSTARTS``) read their history through a *blind* context: the prompt at turn 0 only,
+then the policy's own last turn. What the prompt showed reaches later turns only through the reasoning,
+so reasoning is necessary, and ``toyrl.lab.warmstart.reasoning_value`` measures by how much: success with the
+reasoning intact and with every reasoning token scrambled before later turns read it.
+
+    toyrl warmstart tmaze                       # -> ./toyrl-results/checkpoints/tmaze.pt
+    toyrl warmstart tmaze --update-shipped      # -> data/checkpoints/tmaze.pt (what TrainConfig(init="tmaze") loads)
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Union
+
+import torch
+
+__all__ = ["WARMSTARTS", "MATCH", "CHECKPOINT_DIR", "warmstart_bytes", "load_warmstart", "warmstart_path",
+           "check_matches", "apply_warmstart"]
+
+CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "data" / "checkpoints"
+"""where the shipped warm starts live (``toyrl warmstart NAME --update-shipped`` writes there)"""
+
+_BLIND = dict(policy="small", context="blind", context_k=1, n_think=4, prompts_per_step=8, group_size=8,
+              bc_reasoning=True, bc_lr=3e-3)
+WARMSTARTS = {
+    # T-maze 5x5: the goal corner is the cue, seen at turn 0 only; 6 turns when solved; forgetting: 1/2 at best
+    "tmaze": dict(_BLIND, env="gridworld", env_kwargs={"size": 5, "layout": "tmaze"}, think_max=2, bc_steps=60),
+    # 4-stage chain, 4 arms, the plan in the prompt only, a wrong pull ends it; forgetting: (1/4)^3 at best
+    "plan_chain": dict(_BLIND, env="bandit_chain", env_kwargs={"stages": 4, "arms": 4, "on_wrong": "end",
+                                                                 "show_layout": True}, think_max=4, bc_steps=60),
+}
+"""the lesson tasks' warm-start settings (TrainConfig fields); ``bc_steps`` is the recipe's length"""
+
+MATCH = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k")
+"""the TrainConfig fields a run must share with the warm start it loads"""
+
+
+def warmstart_path(name_or_path: Union[str, Path]) -> Path:
+    """A shipped warm start's file (``"tmaze"`` -> data/checkpoints/tmaze.pt), or the path itself."""
+    if isinstance(name_or_path, str) and name_or_path in WARMSTARTS:
+        return CHECKPOINT_DIR / f"{name_or_path}.pt"
+    return Path(name_or_path)
+
+
+def warmstart_bytes(ck: dict) -> bytes:
+    """A checkpoint as the bytes of its file (the CLI writes them whole with ``toyrl.lab.results.atomic_write``)."""
+    buf = io.BytesIO()
+    torch.save(ck, buf)
+    return buf.getvalue()
+
+
+def load_warmstart(name_or_path) -> dict:
+    """A warm start by shipped name or path; ValueError naming it and the command that makes it if missing."""
+    path = warmstart_path(name_or_path)
+    if not path.is_file():
+        made = f"toyrl warmstart {name_or_path} --update-shipped" if name_or_path in WARMSTARTS else "toyrl warmstart"
+        raise ValueError(f"init: no warm-start checkpoint at {path} (make it with `{made}`)")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def check_matches(ck: dict, cfg) -> None:
+    """ValueError naming every ``MATCH`` field in which ``cfg`` differs from the warm start's settings."""
+    bad = [f"{k}={getattr(cfg, k)!r} (warm start: {ck['settings'].get(k)!r})" for k in MATCH
+           if getattr(cfg, k) != ck["settings"].get(k)]
+    if bad:
+        raise ValueError(f"init: warm start {ck.get('name')!r} was made for other settings: {'; '.join(bad)}")
+
+
+def apply_warmstart(trainer, ck: dict) -> None:
+    """Load the warm start into ``trainer``: the policy's weights, and with ``bc_optimizer="continue"`` the BC
+    optimizer's state (moments and step count; the lr stays the run's own ``lr``)."""
+    check_matches(ck, trainer.cfg)
+    trainer.policy.load_state_dict(ck["state_dict"])
+    if trainer.cfg.bc_optimizer == "continue":
+        trainer.opt.load_state_dict(ck["opt_state"])
+        for g in trainer.opt.param_groups:
+            g["lr"] = trainer.cfg.lr
+    if trainer.cfg.staleness:
+        trainer.behaviour.load_state_dict(ck["state_dict"])
