@@ -65,11 +65,13 @@ def module_table() -> str:
          "rewards, group and state-key ids), and group statistics with scatter ops over ids renumbered by "
          "`torch.unique(..., return_inverse=True)`; anchor cells of (group, state key) pairs"),
         ("`envs/`", f"{n['envs']} envs ({_names(r['envs'])}): `toyrl/GridWorld-v0` (FrozenLake-like, slip, random or "
-         "named maps), `toyrl/BanditChain-v0` (the hello world of per-turn credit), `toyrl/MockSearch-v0` (tool-use QA "
+         "named maps, and tasks whose cue is seen once: a T-maze and a hallway of doors), `toyrl/BanditChain-v0` (the "
+         "hello world of per-turn credit; with `show_layout` a plan shown once), `toyrl/MockSearch-v0` (tool-use QA "
          "over a shipped fictional knowledge base: long noisy tool outputs, void turns, a checkable intermediate "
          "signal, privileged reference solutions). Each is a gymnasium env over a batched numpy core, with "
          "`state_key()`, `snapshot()` / `restore()` / `fork()` and `render_text()` / `parse_action()`; "
-         "`experts.py`: a planner per env, task process scores, the shipped demonstrations"),
+         "`experts.py`: a planner per env, what each task asks to remember (`expert_memo`), task process scores, "
+         "the shipped demonstrations"),
         ("`codecs/`", "`toy.py`: the toy turn format (reasoning tokens, `</think>`, one action) and the **turn "
          "grammar** that samples it: `constrain=True` keeps turns well-formed, `constrain=False` samples the whole "
          "vocabulary (observation tokens, void turns); every token's grammar state is recorded so recompute scores "
@@ -90,22 +92,24 @@ def module_table() -> str:
         ("`objectives/`", f"ratios at {n['ratio levels']} levels ({_names(r['ratio levels'])}, log space); "
          f"{n['clip schemes']} clipping schemes ({_names(r['clip schemes'])}); {n['aggregations']} aggregations; "
          f"{n['KL estimators']} KL estimators; the env-token masking switch; `policy_loss`"),
-        ("`filters.py`, `diagnostics.py`", f"{n['filters']} filters ({_names(r['filters'])}); the stability "
-         "checklist per step and per turn index; text-reply metrics (template entropy and MI, repetition)"),
+        ("`filters.py`, `diagnostics.py`, `collapse.py`", f"{n['filters']} filters ({_names(r['filters'])}); the "
+         "stability checklist per step and per turn index; text-reply metrics (template entropy and MI, repetition); "
+         "the collapse rule (a fall that lasts, with a gradient in it) and the freeze detector"),
         ("`train/`", "`TrainConfig` -> `RunLog` (JSON lines); a step is `collect` -> `prepare` -> `update`. The "
          "channels: reasoning turns (`n_think`, `think_max`, up to 256 tokens a turn, context sized to fit), free "
          "sampling (`constrain=False`, logs `obs_token_rate`, `void_turn_rate`, `format_valid_rate`), the "
          "off-policy regime (`staleness`, `ppo_epochs`, `minibatches`; logs `policy_lag_mean` / "
          "`policy_lag_max`), fresh-episode evaluation (`eval_every`, `eval_episodes`, `eval_greedy`; logs "
-         "`eval_success_rate`, `eval_return`, `eval_turns`), T2PO (`t2po_eta`, `tti_delta`). Also: building a "
-         "run (`build.py`, `limits.py`), the learned credit models the trainer fits, behaviour cloning (`bc.py`) "
-         "and TinyLM's pretraining"),
+         "`eval_success_rate`, `eval_return`, `eval_turns`), T2PO (`t2po_eta`, `tti_delta`), the optimizer "
+         "(`update_norm` beside `grad_norm`, `skip_zero_adv`, `bc_optimizer`, `lr_warmup`). Also: building a "
+         "run (`build.py`, `limits.py`), the learned credit models the trainer fits, behaviour cloning (`bc.py`, "
+         "`bc_reasoning`), the shipped warm starts (`warmstart.py`, `init=`) and TinyLM's pretraining"),
         ("`port/`", "verl 0.9.1 signatures (`compute_grpo_outcome_advantage`, `compute_policy_loss`, `agg_loss`, "
          "`kl_penalty`, ...) and TRL's over toyrl's code, tested against verl"),
         ("`viz/`, `lab/`", "the notebooks' figures and widget panels; the lab: the claims ledger, the stability "
          "scorecard, benchmarks, `toyrl demo`, sweeps on a process pool or Ray, where results are written"),
         ("`cli/`", "the `toyrl` command (`envs | train | sweep | scorecard | demo | demos | reproduce | plot | "
-         "compare | precompute | pretrain | bench`); every `TrainConfig` field is a flag by its own name"),
+         "compare | precompute | warmstart | pretrain | bench`); every `TrainConfig` field is a flag by its own name"),
         ("`exercises/`", "the checks of the notebooks' exercises"),
     ]
     lines = ["| room (`toyrl/`) | what it holds |", "| --- | --- |"]

@@ -169,7 +169,7 @@ def episode_token_bound(core: BatchedCore, codec, turns: Optional[int] = None, p
     probe, rng = copy.deepcopy(core), np.random.default_rng(0)
     probe.reset(probe.sample_tasks(rng, probe.num_envs))
     prompt = max(len(codec.prompt(probe, i)) for i in range(probe.num_envs))
-    obs = 1
+    obs = max(len(codec.observe(probe, i)) for i in range(probe.num_envs))    # so the bound holds for one copy too
     for _ in range(probe_turns):
         probe.step(rng.integers(0, core.n_actions, probe.num_envs))
         obs = max([obs] + [len(codec.observe(probe, i)) for i in np.flatnonzero(~probe.done)])

@@ -1,0 +1,51 @@
+"""Notebook 02's blind-T-maze helpers: the reasoning check, the momentum trap, and the stored claim's table."""
+import matplotlib
+matplotlib.use("Agg")
+import numpy as np
+import pytest
+
+from toyrl.viz.blind import claim_table, collapsed_seeds, momentum_trap, plot_claim_run, reasoning_check
+
+
+def run(mean, std, grad, mi):
+    return {"reward_mean": list(mean), "reward_std": list(std), "grad_norm": list(grad), "template_mi": list(mi),
+            "success_rate": list(mean)}
+
+
+def fake_series():
+    n = 40
+    crash = run([.9] * 10 + [.05] * 30, [.3] * 5 + [.05] * 35, [1.0] * n, [.6] * 10 + [.05] * 30)
+    hold = run([.9] * n, [.3] * n, [1.0] * n, [.6] * n)
+    frozen = run([.5] * n, [0.0] * n, [1.0] * 5 + [0.0] * 35, [.3] * n)
+    return {"grpo": {0: crash, 1: hold}, "fix": {0: hold, 1: frozen}}
+
+
+def test_claim_table_counts_by_hand():
+    t = claim_table(fake_series())
+    assert t["grpo"] == {"seeds": 2, "collapsed": 1, "std_first": 1, "frozen": 0, "mi_fell": 1}
+    assert t["fix"] == {"seeds": 2, "collapsed": 0, "std_first": 0, "frozen": 1, "mi_fell": 0}
+    assert collapsed_seeds("grpo", fake_series()) == [0] and collapsed_seeds("fix", fake_series()) == []
+
+
+def test_plot_claim_run_titles_the_verdict_and_rejects_unknown_runs():
+    fig = plot_claim_run("grpo", 0, fake_series())
+    title = fig.axes[0].get_title()
+    assert "collapsed" in title and "seed 0" in title and "T-maze" in title
+    assert len(fig.axes[0].get_legend().get_texts()) >= 4                  # three curves and a mark
+    with pytest.raises(ValueError, match="no stored run"):
+        plot_claim_run("kl", 0, fake_series())
+
+
+def test_reasoning_check_shipped_tmaze():
+    r = reasoning_check("tmaze", episodes=32)
+    assert r["intact"] > 0.7 and r["scrambled"] < r["intact"]
+    with pytest.raises(ValueError, match="name must be one of"):
+        reasoning_check("maze")
+
+
+def test_momentum_trap_moves_on_zero_gradients_unless_skipped():
+    plain, skip = momentum_trap(steps=12), momentum_trap(steps=12, skip_zero_adv=True)
+    assert (plain["grad_norm"] == 0).any() and (plain["update_norm"][plain["grad_norm"] == 0] > 0).all()
+    assert (skip["grad_norm"] == 0).any() and (skip["update_norm"][skip["grad_norm"] == 0] == 0).all()
+    with pytest.raises(ValueError, match="steps"):
+        momentum_trap(steps=0)

@@ -1,0 +1,111 @@
+"""The Echo Trap where reasoning matters: a blind T-maze, a shipped warm start, and the momentum trap.
+
+Notebook 02's second half. The task (``toyrl.envs.gridworld.tmaze_map``) shows the goal's side at turn 0 only; a
+blind context (``context="blind"``) lets later turns read only their own last turn, so the side survives only in
+the reasoning tokens each turn rewrites. Three pure functions feed the notebook's cells and its widget:
+
+- ``reasoning_check``: the shipped warm start's success with its reasoning intact and scrambled (live, seconds);
+- ``momentum_trap``: AdamW moves the weights on steps whose gradient is exactly zero; ``skip_zero_adv`` stops it;
+- ``claim_table`` / ``plot_claim_run``: the ledger's ``blind_echo`` runs (per arm and seed) judged again, live,
+  by ``toyrl.collapse.classify``, and one run drawn with its std drop, collapse and freeze marked.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ..collapse import RULE, classify
+from ..lab.claims.report import load_series
+from .plots import mark_steps, new_figure
+
+__all__ = ["CLAIM", "SERIES_PATH", "reasoning_check", "momentum_trap", "claim_table", "collapsed_seeds",
+           "plot_claim_run"]
+
+CLAIM = "blind_echo"
+"""the ledger claim whose stored runs the notebook reads"""
+SERIES_PATH = Path(__file__).resolve().parents[2] / "data" / "claims" / f"{CLAIM}.series.json.gz"
+
+
+def reasoning_check(name: str = "tmaze", *, episodes: int = 128, seed: int = 0) -> dict:
+    """{"intact", "scrambled", "ratio"}: the shipped warm start ``name``'s success on ``episodes`` fresh tasks, with
+    its reasoning as written and with every reasoning token redrawn before later turns read it (same tasks, same
+    sampling seed). Near 1, the reasoning carries nothing; on the T-maze it should be near 1/2."""
+    from ..lab.warmstart import reasoning_value
+    from ..train import TrainConfig
+    from ..train.trainer import Trainer
+    from ..train.warmstart import WARMSTARTS
+    if name not in WARMSTARTS:
+        raise ValueError(f"name must be one of {', '.join(WARMSTARTS)}, got {name!r}")
+    keep = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k")
+    cfg = TrainConfig(**{k: WARMSTARTS[name][k] for k in keep}, init=name, prompts_per_step=1, group_size=2,
+                      steps=0, progress=False)
+    tr = Trainer(cfg)
+    return reasoning_value(tr.policy, tr.codec, cfg, episodes=episodes, seed=seed)
+
+
+def momentum_trap(*, steps: int = 20, seed: int = 0, skip_zero_adv: bool = False, lr: float = 3e-3) -> dict:
+    """Train GRPO from the shipped T-maze warm start (2 tasks x 4 rollouts a step, so whole steps go silent often)
+    and return per step ``grad_norm``, ``update_norm`` and ``success_rate`` as arrays. On a silent step the
+    gradient is exactly 0, yet AdamW's first moment still moves the weights (``update_norm`` > 0) unless
+    ``skip_zero_adv`` drops the step."""
+    from ..train import TrainConfig
+    from ..train.trainer import Trainer
+    from ..train.warmstart import WARMSTARTS
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    w = WARMSTARTS["tmaze"]
+    keep = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k")
+    cfg = TrainConfig(**{k: w[k] for k in keep}, init="tmaze", bc_optimizer="continue", estimator="grpo",
+                      prompts_per_step=2, group_size=4, lr=lr, grad_clip=1.0, steps=steps, seed=seed,
+                      skip_zero_adv=skip_zero_adv, progress=False)
+    log = Trainer(cfg).run()
+    return {k: np.asarray(log.column(k), float) for k in ("grad_norm", "update_norm", "success_rate")}
+
+
+def claim_table(series: Optional[dict] = None, **rule) -> dict:
+    """arm -> {"seeds", "collapsed", "std_first", "frozen", "mi_fell"} counts over the stored ``blind_echo`` runs
+    (``series``: arm -> seed -> run series, default the shipped file), each run judged now by ``classify`` with
+    the ledger's ``RULE`` (overridden by ``rule``). ``mi_fell``: template MI lower over the last 20% of steps than
+    over the first 25%."""
+    series = load_series(SERIES_PATH) if series is None else series
+    out = {}
+    for arm, runs in series.items():
+        c = [classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **{**RULE, **rule}) for s in runs.values()]
+        mi = [np.asarray(s["template_mi"], float) for s in runs.values()]
+        fell = [np.nanmean(m[int(0.8 * len(m)):]) < np.nanmean(m[:max(1, len(m) // 4)]) for m in mi]
+        out[arm] = {"seeds": len(c), "collapsed": sum(x["collapsed"] for x in c),
+                    "std_first": sum(bool(x["std_first"]) for x in c), "frozen": sum(x["frozen"] for x in c),
+                    "mi_fell": int(sum(fell))}
+    return out
+
+
+def collapsed_seeds(arm: str = "grpo", series: Optional[dict] = None, **rule) -> list:
+    """The seeds of ``arm``'s stored runs that collapsed by ``classify`` (the ledger's ``RULE``, overridden by
+    ``rule``), in order: where the notebook's widget starts."""
+    series = load_series(SERIES_PATH) if series is None else series
+    return [seed for seed, s in series[arm].items()
+            if classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **{**RULE, **rule})["collapsed"]]
+
+
+def plot_claim_run(arm: str = "grpo", seed: int = 0, series: Optional[dict] = None, **rule):
+    """One stored ``blind_echo`` run: success, within-group reward std and template MI on one step axis, with the
+    std drop, the collapse and the freeze of ``classify`` marked where found. Returns the figure."""
+    series = load_series(SERIES_PATH) if series is None else series
+    if arm not in series or seed not in series[arm]:
+        raise ValueError(f"no stored run for arm={arm!r}, seed={seed}; arms {sorted(series)}, "
+                         f"seeds {sorted(next(iter(series.values())))}")
+    s = series[arm][seed]
+    c = classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **{**RULE, **rule})
+    fig, axes = new_figure(1, 1, width=7.5, height=3.4)
+    ax = axes[0, 0]
+    for key, label in (("success_rate", "success"), ("reward_std", "within-group reward std"),
+                       ("template_mi", "template MI (nats)")):
+        y = np.asarray(s[key], float)
+        ax.plot(np.arange(len(y)), y, label=label)
+    mark_steps(ax, {"std drop": c["t_std_drop"], "collapse": c["t_collapse"], "freeze": c["t_freeze"]})
+    ax.set(xlabel="RL step", ylabel="value", title=f"blind T-maze 5x5, {arm}, seed {seed}: "
+           + ("collapsed" if c["collapsed"] else "held") + (", froze" if c["frozen"] else ""))
+    ax.legend(fontsize=8, loc="upper right")
+    return fig
