@@ -187,8 +187,8 @@ class Trainer:
     def behaviour_clone(self, steps: int) -> list[float]:
         """``steps`` updates of NLL on expert turns: shipped demos when they fit this env's settings,
         else the planner on freshly drawn tasks (writing ``expert_memo`` as reasoning with ``bc_reasoning``).
-        Returns the losses. With ``bc_optimizer="continue"`` RL goes
-        on with this AdamW (``self.opt``: its moment estimates and step count kept, its lr set to ``lr``)."""
+        Returns the losses. With ``bc_optimizer="continue"`` RL goes on with this AdamW (``self.opt``: its moment
+        estimates and step count kept, its lr set to ``lr``)."""
         cfg, losses = self.cfg, []
         demos = None
         if cfg.env in DEMO_CONFIGS and cfg.env_kwargs == DEMO_CONFIGS[cfg.env]:     # the demos' own settings
