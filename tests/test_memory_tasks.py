@@ -11,12 +11,13 @@ from gymnasium.utils.env_checker import check_env
 from toyrl.codecs.toy import ToyCodec
 from toyrl.envs import make_core
 from toyrl.envs.experts import expert_actions, expert_memo
-from toyrl.envs.gridworld import GOAL, HOLE, LEFT, RIGHT, GridCore, doors_map, shortest_path, tmaze_map
+from toyrl.envs.gridworld import GOAL, HOLE, LEFT, RIGHT, GridCore, cross_map, doors_map, shortest_path, tmaze_map
 from toyrl.policies.scripted import ScriptedPolicy
 from toyrl.rollout.engine import Episode, Sampling, Turn, build_context, rollout, scramble_reasoning
 
 TMAZE = {"size": 5, "layout": "tmaze"}
 DOORS = {"size": 5, "layout": "doors"}
+CROSS = {"size": 7, "layout": "cross"}
 PLAN = {"stages": 4, "arms": 4, "on_wrong": "end", "show_layout": True}
 
 
@@ -32,6 +33,21 @@ def test_tmaze_map_by_hand_and_errors():
         GridCore(2, size=5, layout="maze")
     with pytest.raises(ValueError, match="odd size"):
         GridCore(2, size=4, layout="tmaze")
+
+
+def test_cross_map_by_hand_and_errors():
+    rows = ["".join("FHGS"[t] for t in cross_map(5, 2)[r * 5:(r + 1) * 5]) for r in range(5)]
+    assert rows == ["HHSHH", "HHFHH", "HHFHH", "HHFGH", "HHHHH"]               # the docstring's example
+    for n in (5, 7, 9):
+        for e in range(3):
+            tiles = cross_map(n, e)
+            assert (tiles == GOAL).sum() == 1 and len(shortest_path(tiles, n)) == n - 1
+    for n, e in ((3, 0), (6, 0), (5, 3)):
+        with pytest.raises(ValueError, match="size|exit"):
+            cross_map(n, e)
+    core = GridCore(3, size=5, layout="cross")
+    core.reset(np.stack([cross_map(5, e) for e in range(3)]))
+    assert [core.memo(i) for i in range(3)] == [[0], [1], [2]]                 # the exit's action id
 
 
 def test_doors_map_by_hand_and_errors():
@@ -65,7 +81,7 @@ def test_tmaze_tasks_seeded_and_both_sides():
     assert 10 < sides.sum() < 54
 
 
-@pytest.mark.parametrize("kw", [TMAZE, DOORS])
+@pytest.mark.parametrize("kw", [TMAZE, DOORS, CROSS])
 def test_check_env_and_determinism(kw):
     env = gym.make("toyrl/GridWorld-v0", **kw).unwrapped
     with warnings.catch_warnings():
@@ -101,6 +117,7 @@ def test_random_policy_success():
     # T-maze 5x5: four downs in a row (a side step is a hole, up only wastes a turn), then the right corner
     assert random_success("gridworld", TMAZE) < 0.03
     assert random_success("gridworld", DOORS) < 0.03
+    assert random_success("gridworld", CROSS) < 0.01
     # plan chain, 4 stages x 4 arms, a wrong pull ends the episode: (1/4)^4 = 0.0039
     assert abs(random_success("bandit_chain", PLAN) - 0.25 ** 4) < 0.004
 
@@ -146,14 +163,15 @@ def test_blind_context_by_hand():
     ep = Episode(prompt=[codec.BOS, 20, 21, 22], task=np.zeros(1))
     assert build_context(ep, codec, "blind", 1) == [codec.BOS, 20, 21, 22]     # turn 0 reads the prompt
     for g, o in (([5, 4, 9], [3, 19]), ([6, 4, 10], [3, 18])):
-        ep.turns.append(Turn(context=[], gen=g, logp=[0.0] * 3, entropy=[0.0] * 3, obs=o, reward=0.0, key=0, void=False))
+        ep.turns.append(Turn(context=[], gen=g, logp=[0.0] * 3, entropy=[0.0] * 3, obs=o, reward=0.0, key=0,
+                             void=False))
     assert build_context(ep, codec, "blind", 1) == [codec.BOS, 6, 4, 10, 3, 18]        # never the prompt again
     assert build_context(ep, codec, "blind", 2) == [codec.BOS, 5, 4, 9, 3, 19, 6, 4, 10, 3, 18]
     assert build_context(ep, codec, "last_k", 1)[:4] == [codec.BOS, 20, 21, 22]        # last_k keeps the prompt
 
 
 @pytest.mark.parametrize("name,kw,think_max", [("gridworld", TMAZE, 2), ("gridworld", DOORS, 2),
-                                               ("bandit_chain", PLAN, 4)])
+                                               ("gridworld", CROSS, 2), ("bandit_chain", PLAN, 4)])
 def test_reasoning_expert_solves_blind_tasks(name, kw, think_max):
     core = make_core(name, 16, seed=0, **kw)
     codec = ToyCodec.for_core(core, n_think=4, think_max=think_max)

@@ -12,8 +12,8 @@ from gymnasium import spaces
 
 from .core import VOID, BatchedCore, CoreEnv, mix64, parse_bracket_action
 
-__all__ = ["MAPS", "LAYOUTS", "GridCore", "GridWorldEnv", "random_map", "tmaze_map", "doors_map", "map_to_array", "neighbours",
-           "shortest_path", "goal_distance"]
+__all__ = ["MAPS", "LAYOUTS", "GridCore", "GridWorldEnv", "random_map", "tmaze_map", "cross_map", "doors_map",
+           "map_to_array", "neighbours", "shortest_path", "goal_distance"]
 
 FROZEN, HOLE, GOAL, START = 0, 1, 2, 3
 TILE_CHARS = "FHGS"
@@ -110,9 +110,9 @@ def random_map(rng: np.random.Generator, n: int = 4, p_frozen: float = 0.8) -> n
             return tiles.astype(np.int64)
 
 
-LAYOUTS = ("random", "tmaze", "doors")
-"""how ``GridCore`` draws maps: random lakes, T-mazes whose goal side is the cue, or a hallway of doors one of
-which is the goal (the cue)"""
+LAYOUTS = ("random", "tmaze", "cross", "doors")
+"""how ``GridCore`` draws maps: random lakes, T-mazes whose goal side is the cue, crossings with three exits, or a
+hallway of doors one of which is the goal (the cue)"""
 
 
 def tmaze_map(n: int, side: int) -> np.ndarray:
@@ -132,6 +132,26 @@ def tmaze_map(n: int, side: int) -> np.ndarray:
     tiles[n - 1, 1:n - 1] = FROZEN
     tiles[0, c] = START
     tiles[n - 1, (0, n - 1)[side]] = GOAL
+    return tiles.reshape(-1)
+
+
+def cross_map(n: int, exit: int) -> np.ndarray:
+    """An n x n crossing (n odd, >= 5) -> (n*n,) tiles: a corridor down the middle column from S (top) to a
+    junction at row n - 2 with three exits one step away: left, down and right (``exit`` 0, 1, 2, as the action
+    ids 0, 1, 2); one exit is G, the other two holes; holes everywhere else. Like the T-maze the cue is used once,
+    at the junction, after n - 2 turns of carrying it; unlike it, a policy that forgets wins 1/3 of the time at
+    best, below half of a policy that remembers. Optimal length n - 1. Example: n=5, exit=2 ->
+    ["HHSHH", "HHFHH", "HHFHH", "HHFGH", "HHHHH"].
+    """
+    if n < 5 or n % 2 == 0:
+        raise ValueError(f"a crossing needs an odd size >= 5, got size={n}")
+    if exit not in (0, 1, 2):
+        raise ValueError(f"exit must be 0 (left), 1 (down) or 2 (right), got {exit!r}")
+    tiles = np.full((n, n), HOLE, dtype=np.int64)
+    c = n // 2
+    tiles[:n - 1, c] = FROZEN
+    tiles[0, c] = START
+    tiles[((n - 2, c - 1), (n - 1, c), (n - 2, c + 1))[exit]] = GOAL
     return tiles.reshape(-1)
 
 
@@ -165,9 +185,10 @@ class GridCore(BatchedCore):
         super().__init__(num_envs, seed)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        if layout != "random" and (map_name is not None or size < (3 if layout == "tmaze" else 5) or size % 2 == 0):
-            raise ValueError(f"layout={layout!r} needs an odd size >= {3 if layout == 'tmaze' else 5} and no "
-                             f"map_name, got size={size}, map_name={map_name!r}")
+        least = 3 if layout == "tmaze" else 5
+        if layout != "random" and (map_name is not None or size < least or size % 2 == 0):
+            raise ValueError(f"layout={layout!r} needs an odd size >= {least} and no map_name, got size={size}, "
+                             f"map_name={map_name!r}")
         self.layout = layout
         if map_name is not None:
             if map_name not in MAPS:
@@ -190,6 +211,8 @@ class GridCore(BatchedCore):
             return np.repeat(self._fixed[None], n, 0)                     # (n, n*n)
         if self.layout == "tmaze":
             return np.stack([tmaze_map(self.size, int(side)) for side in rng.integers(0, 2, n)])
+        if self.layout == "cross":
+            return np.stack([cross_map(self.size, int(e)) for e in rng.integers(0, 3, n)])
         if self.layout == "doors":
             return np.stack([doors_map(self.size, int(d)) for d in rng.integers(0, self.size - 1, n)])
         return np.stack([random_map(rng, self.size, self.p_frozen) for _ in range(n)])
@@ -234,12 +257,16 @@ class GridCore(BatchedCore):
 
     def memo(self, i: int = 0) -> list[int]:
         """What copy i must carry forward when it cannot see its map again (a blind context), as action ids:
-        on a T-maze the side of the goal ([0] left or [2] right: the cue), in a hallway of doors the goal door's
-        index; on other maps the shortest route from the current cell (the remaining plan). Example: T-maze with
-        the goal bottom-right -> [2]; doors with the goal at column 4 of 5 -> [3]."""
+        on a T-maze the side of the goal ([0] left or [2] right: the cue), at a crossing the exit to take (its
+        action id: 0 left, 1 down, 2 right), in a hallway of doors the goal door's index; on other maps the
+        shortest route from the current cell (the remaining plan). Example: T-maze with the goal bottom-right ->
+        [2]; doors with the goal at column 4 of 5 -> [3]."""
         tiles, n = self.state["tiles"][i], self.size
         if self.layout == "tmaze":
             return [LEFT if tiles[n * (n - 1)] == GOAL else RIGHT]
+        if self.layout == "cross":
+            j = n * (n - 2) + n // 2                                    # the junction
+            return [{j - 1: LEFT, j + n: DOWN, j + 1: RIGHT}[int(np.flatnonzero(tiles == GOAL)[0])]]
         if self.layout == "doors":
             col = int(np.flatnonzero(tiles[n * (n - 1):] == GOAL)[0])
             return [col - (col > n // 2)]
@@ -305,7 +332,9 @@ class GridWorldEnv(CoreEnv):
     ``max_turns=None``, ``p_frozen=0.8`` (ice probability of drawn maps), ``void_penalty=0.0``,
     ``layout="random"`` (``"tmaze"``: an odd-sized T-maze whose goal corner, left or right, is drawn per
     task and shown only in the map: a cue to remember down a corridor where any side step is a hole;
-    optimal length 1.5 (N - 1); a policy that forgets the cue wins half the time at best; ``"doors"``: an
+    optimal length 1.5 (N - 1); a policy that forgets the cue wins half the time at best; ``"cross"``: the same
+    corridor ending in a junction with three exits, one the goal, drawn per task; optimal length N - 1; a policy
+    that forgets wins 1/3 at best; ``"doors"``: an
     odd-sized hallway of N - 1 doors below a corridor, one of them the goal, drawn per task; a policy that
     forgets which wins 1 / (N - 1) of the time at best).
 

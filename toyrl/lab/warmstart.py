@@ -32,7 +32,8 @@ def reasoning_value(policy, codec, cfg, *, episodes: int = 256, seed: int = 0) -
     for key, scramble in (("intact", False), ("scrambled", True)):
         s = Sampling(context=cfg.context, context_k=cfg.context_k, scramble_reasoning=scramble,
                      generator=torch.Generator(device=policy.device).manual_seed(seed))
-        out[key] = rollout(policy, core, tasks, np.arange(episodes), codec=codec, sampling=s).success.float().mean().item()
+        ro = rollout(policy, core, tasks, np.arange(episodes), codec=codec, sampling=s)
+        out[key] = ro.success.float().mean().item()
     out["ratio"] = out["scrambled"] / out["intact"] if out["intact"] > 0 else float("nan")
     return out
 
