@@ -162,17 +162,19 @@ def _cut_labels(page) -> list:
         " && e.scrollWidth > e.clientWidth + 1).map(e => `${e.textContent.trim()} (${e.scrollWidth} > ${e.clientWidth} px)`)")
 
 
-def _widget_image(page) -> str:
-    img = _nb(page).locator(".widget-interact .widget-output img").last
+def _widget_image(page, first: bool = False) -> str:
+    """The figure of the notebook's last interactive panel (``first``: its first one)."""
+    panels = _nb(page).locator(".widget-interact")
+    img = (panels.first if first else panels.last).locator(".widget-output img").last
     img.wait_for(timeout=60_000)
     return img.get_attribute("src") or ""
 
 
-def _wait_changed(page, before: str, timeout_s: float = 90) -> str:
+def _wait_changed(page, before: str, timeout_s: float = 90, first: bool = False) -> str:
     t0 = time.time()
     while time.time() - t0 < timeout_s:
         try:
-            now = _widget_image(page)
+            now = _widget_image(page, first)
         except Exception:
             now = ""
         if now and now != before:
@@ -241,9 +243,9 @@ def test_notebook_02_runs_and_checkbox_moves(lab, browser):
     if os.environ.get("TOYRL_SAVE_SCREENSHOT") == "1":
         (ROOT / "docs").mkdir(exist_ok=True)
         shutil.copy(shot, ROOT / "docs" / "echo_trap.png")
-    before = _widget_image(page)
+    before = _widget_image(page, first=True)                  # the stabilizers panel (Part 2 has a second one)
     _nb(page).locator(".widget-interact .widget-checkbox input").first.check()            # StarPO-S filter on
-    _wait_changed(page, before)
+    _wait_changed(page, before, first=True)
     _check_outputs(page, NOTEBOOKS[1])
     page.close()
 

@@ -64,8 +64,10 @@ class ScriptedPolicy:
 
     def turn_tokens(self, act: np.ndarray, rows: np.ndarray, max_new: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The tokens (n, M) and mask of the turns that play ``act`` (right-padded, cut at ``max_new``)."""
-        notes = self.reason(self.core, rows) if self.reason is not None else [[] for _ in rows]
-        think = [self.codec.think_ids(r) if a != VOID else [] for r, a in zip(notes, act)]
+        if self.reason is None:                                   # the action alone
+            think = [[] for _ in rows]
+        else:                                                     # what the task asks to remember, then the action
+            think = [self.codec.think_ids(r) if a != VOID else [] for r, a in zip(self.reason(self.core, rows), act)]
         seqs = [(w + self.codec.action_ids(self.core, int(a), int(i)))[:max_new]
                 for w, a, i in zip(think, act, rows)]
         tokens = torch.full((len(seqs), max_new), self.codec.PAD, dtype=torch.long)   # (n, M)
