@@ -8,7 +8,7 @@ from toyrl.cli.results import WARMSTART_NAMES
 from toyrl.train import TrainConfig
 from toyrl.train.trainer import Trainer
 from toyrl.lab.warmstart import make_warmstart, reasoning_value
-from toyrl.train.warmstart import WARMSTARTS, check_matches, load_warmstart, warmstart_bytes, warmstart_path
+from toyrl.train.warmstart import MATCH, WARMSTARTS, check_matches, load_warmstart, warmstart_bytes, warmstart_path
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +34,8 @@ def test_checkpoint_holds_weights_optimizer_and_reasoning(tiny):
 
 
 def rl_config(path, **kw):
-    s = WARMSTARTS["tmaze"]
-    return TrainConfig(env=s["env"], env_kwargs=s["env_kwargs"], policy=s["policy"], n_think=s["n_think"],
-                       think_max=s["think_max"], context=s["context"], context_k=s["context_k"], init=str(path),
-                       prompts_per_step=2, group_size=2, steps=1, progress=False, **kw)
+    return TrainConfig(**{k: WARMSTARTS["tmaze"][k] for k in MATCH}, init=str(path), prompts_per_step=2,
+                       group_size=2, steps=1, progress=False, **kw)
 
 
 def test_init_loads_weights_and_optimizer(tiny):

@@ -198,6 +198,7 @@ class Trainer:
                 demos = None
         opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.bc_lr, weight_decay=0.0)
         s = replace(self.sampling, temperature=1.0, tti=None, t2po_eta=0.0, generator=None)    # the expert's turns
+        memo = expert_memo if cfg.bc_reasoning else None                 # what the expert writes as reasoning
         for _ in range(steps):
             if demos:
                 pick = self.rng.choice(len(demos), self.B)
@@ -205,7 +206,6 @@ class Trainer:
                 choose = replay_chooser([demos[i]["actions"] for i in pick])
             else:
                 tasks, choose = self.core.sample_tasks(self.rng, self.B), expert_actions
-            memo = expert_memo if cfg.bc_reasoning else None
             expert = ScriptedPolicy(self.core, self.codec, choose, self.device, reason=memo)
             ro = rollout(expert, self.core, tasks, np.arange(self.B), codec=self.codec, sampling=s)
             logp, _ = recompute_logp(self.policy, ro, "matched")

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..collapse import RULE, classify
 from ..lab.claims.report import load_series
+from ..lab.claims.spec import early, final
 from .plots import mark_steps, new_figure
 
 __all__ = ["CLAIM", "SERIES_PATH", "reasoning_check", "momentum_trap", "claim_table", "collapsed_seeds",
@@ -35,11 +36,10 @@ def reasoning_check(name: str = "tmaze", *, episodes: int = 128, seed: int = 0) 
     from ..lab.warmstart import reasoning_value
     from ..train import TrainConfig
     from ..train.trainer import Trainer
-    from ..train.warmstart import WARMSTARTS
+    from ..train.warmstart import MATCH, WARMSTARTS
     if name not in WARMSTARTS:
         raise ValueError(f"name must be one of {', '.join(WARMSTARTS)}, got {name!r}")
-    keep = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k")
-    cfg = TrainConfig(**{k: WARMSTARTS[name][k] for k in keep}, init=name, prompts_per_step=1, group_size=2,
+    cfg = TrainConfig(**{k: WARMSTARTS[name][k] for k in MATCH}, init=name, prompts_per_step=1, group_size=2,
                       steps=0, progress=False)
     tr = Trainer(cfg)
     return reasoning_value(tr.policy, tr.codec, cfg, episodes=episodes, seed=seed)
@@ -52,12 +52,10 @@ def momentum_trap(*, steps: int = 20, seed: int = 0, skip_zero_adv: bool = False
     ``skip_zero_adv`` drops the step."""
     from ..train import TrainConfig
     from ..train.trainer import Trainer
-    from ..train.warmstart import WARMSTARTS
+    from ..train.warmstart import MATCH, WARMSTARTS
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    w = WARMSTARTS["tmaze"]
-    keep = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k")
-    cfg = TrainConfig(**{k: w[k] for k in keep}, init="tmaze", bc_optimizer="continue", estimator="grpo",
+    cfg = TrainConfig(**{k: WARMSTARTS["tmaze"][k] for k in MATCH}, init="tmaze", bc_optimizer="continue", estimator="grpo",
                       prompts_per_step=2, group_size=4, lr=lr, grad_clip=1.0, steps=steps, seed=seed,
                       skip_zero_adv=skip_zero_adv, progress=False)
     log = Trainer(cfg).run()
@@ -67,14 +65,13 @@ def momentum_trap(*, steps: int = 20, seed: int = 0, skip_zero_adv: bool = False
 def claim_table(series: Optional[dict] = None, **rule) -> dict:
     """arm -> {"seeds", "collapsed", "std_first", "frozen", "mi_fell"} counts over the stored ``blind_echo`` runs
     (``series``: arm -> seed -> run series, default the shipped file), each run judged now by ``classify`` with
-    the ledger's ``RULE`` (overridden by ``rule``). ``mi_fell``: template MI lower over the last 20% of steps than
-    over the first 25%."""
+    the ledger's ``RULE`` (overridden by ``rule``). ``mi_fell``: the ledger's template-MI change (``final`` minus
+    ``early``: the last 20% of steps, at least 5, against the first 25%) is negative."""
     series = load_series(SERIES_PATH) if series is None else series
     out = {}
     for arm, runs in series.items():
         c = [classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **{**RULE, **rule}) for s in runs.values()]
-        mi = [np.asarray(s["template_mi"], float) for s in runs.values()]
-        fell = [np.nanmean(m[int(0.8 * len(m)):]) < np.nanmean(m[:max(1, len(m) // 4)]) for m in mi]
+        fell = [final(s["template_mi"]) < early(s["template_mi"]) for s in runs.values()]   # the ledger's MI change
         out[arm] = {"seeds": len(c), "collapsed": sum(x["collapsed"] for x in c),
                     "std_first": sum(bool(x["std_first"]) for x in c), "frozen": sum(x["frozen"] for x in c),
                     "mi_fell": int(sum(fell))}
