@@ -160,7 +160,7 @@ def test_needs_vocabulary():
         check_needs(["q"], "x")
     with pytest.raises(ValueError, match="sequence"):
         check_needs("values", "x")
-    assert not NEEDS["rollout_logp"].built and NEEDS["info_gain"].env_method == "answer_action"
+    assert all(n.built for n in NEEDS.values()) and NEEDS["info_gain"].env_method == "answer_action"
     with pytest.raises(ValueError, match="estimator 'x': unknown need 'critic'"):
         register_estimator("x", needs=("critic",))
     with pytest.raises(ValueError, match="unknown need"):

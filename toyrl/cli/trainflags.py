@@ -20,6 +20,8 @@ from ..objectives import AGGREGATIONS, CLIP_SCHEMES, KL_ESTIMATORS, LEVELS
 from ..train.build import policy_names
 from ..policies.toy import PRESETS
 from ..rollout.engine import CONTEXTS
+from ..rollout.engines import ENGINES
+from ..objectives.rollout_correction import CORRECTIONS
 from ..train import TrainConfig
 from ..rollout.tree import STRATEGIES
 
@@ -44,7 +46,8 @@ REGISTRIES = {
     "estimator": ("estimator", ESTIMATORS), "clip": ("clip scheme", CLIP_SCHEMES), "ratio": ("ratio level", LEVELS),
     "agg": ("aggregation", AGGREGATIONS), "kl": ("KL estimator", KL_ESTIMATORS), "filters": ("filter", FILTERS),
     "filter_kwargs": ("filter", FILTERS), "context": ("context policy", CONTEXTS),
-    "rollout": ("rollout", ("independent",) + STRATEGIES), "autocast": ("autocast", ("bf16", "fp16"))}
+    "rollout": ("rollout", ("independent",) + STRATEGIES), "autocast": ("autocast", ("bf16", "fp16")),
+    "engine": ("rollout engine", ENGINES), "correction": ("rollout correction", CORRECTIONS)}
 """field -> (what its values name, the registry[, is_valid]): the one source of the valid names of a flag (their
 help lists them); autocast has no registry yet: the names policies.factory takes"""
 

@@ -65,9 +65,10 @@ NEEDS: dict[str, Need] = {
                  "every rollout records them; rollout='tree' (or arpo / patr) makes siblings share prefixes"),
     "entropy": Need("the policy's entropy at each sampled token, TurnBatch.entropy (B, T)",
                     "every rollout records it"),
-    "rollout_logp": Need("log-probs of a rollout engine that differs from the trainer, TurnBatch.rollout_logp "
-                         "(B, T)", "nothing yet: toyrl's rollouts are sampled by the trained policy itself",
-                         built=False, short="log-probs from a rollout engine that differs from the trainer"),
+    "rollout_logp": Need("log-probs of the rollout engine that sampled the tokens, TurnBatch.rollout_logp (B, T)",
+                         "every rollout records them: the engine's own (TrainConfig.engine; with the exact engine the "
+                         "trainer's, so every correction is then the identity)",
+                         short="log-probs from the rollout engine"),
 }
 """need -> what it is and how it is provided"""
 

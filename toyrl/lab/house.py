@@ -22,8 +22,10 @@ def _registries() -> dict:
     from ..objectives import AGGREGATIONS, CLIP_SCHEMES, KL_ESTIMATORS, LEVELS
     from ..policies import PRESETS
     from ..rollout import CONTEXTS
+    from ..objectives.rollout_correction import CORRECTIONS
+    from ..rollout.engines import ENGINES
     from ..rollout.tree import STRATEGIES
-    return {"envs": ENVS, "estimators": ESTIMATORS, "clip schemes": CLIP_SCHEMES, "aggregations": AGGREGATIONS,
+    return {"engine modes": ENGINES, "rollout corrections": CORRECTIONS, "envs": ENVS, "estimators": ESTIMATORS, "clip schemes": CLIP_SCHEMES, "aggregations": AGGREGATIONS,
             "KL estimators": KL_ESTIMATORS, "ratio levels": LEVELS, "filters": FILTERS, "context policies": CONTEXTS,
             "tree strategies": STRATEGIES, "policy presets": PRESETS}
 
@@ -59,8 +61,14 @@ def _names(reg) -> str:
 
 def module_table() -> str:
     """The markdown table of the rooms, lowest first (the order of tests/test_structure.py's LAYERS)."""
-    r, n = _shipped_registries(), counts()
-    rows = [
+    lines = ["| room (`toyrl/`) | what it holds |", "| --- | --- |"]
+    lines += [f"| {a} | {b.replace('|', chr(92) + '|')} |" for a, b in _rooms(_shipped_registries(), counts())]
+    return "\n".join(lines)
+
+
+def _rooms(r: dict, n: dict) -> list:
+    """[(room, what it holds)] with the registries' names ``r`` and counts ``n``."""
+    return [
         ("`batch.py`, `segments.py`", "`TurnBatch`, the one data structure (tokens, policy mask, turn ids, per-turn "
          "rewards, group and state-key ids), and group statistics with scatter ops over ids renumbered by "
          "`torch.unique(..., return_inverse=True)`; anchor cells of (group, state key) pairs"),
@@ -85,13 +93,25 @@ def module_table() -> str:
          f"{n['context policies']} context policies ({_names(r['context policies'])}) with the exact context of "
          "every turn stored; `flatten.py`: episodes -> `TurnBatch`, matched or flat recompute at the rollout's "
          f"temperature; `tree.py`: {n['tree strategies']} tree strategies ({_names(r['tree strategies'])}: "
-         "Tree-GRPO, ARPO, PATR) at an equal token budget"),
+         "Tree-GRPO, ARPO, PATR) at an equal token budget; `engines.py`: the rollout engine that is not the trainer, "
+         f"{n['engine modes']} modes ({_names(r['engine modes'])}: precision, quantized weights, logit noise, "
+         "truncated sampling, a lagging weight copy); `mismatch.py`: the engine / trainer gap per step, turn index "
+         "and token-probability bin"),
         ("`credit/`", f"{n['estimators']} advantage estimators ({_names(r['estimators'])}), one module per "
          "family, the registry and what each needs; critics and their losses; `reference/`: every estimator "
          "again as plain loops"),
         ("`objectives/`", f"ratios at {n['ratio levels']} levels ({_names(r['ratio levels'])}, log space); "
          f"{n['clip schemes']} clipping schemes ({_names(r['clip schemes'])}); {n['aggregations']} aggregations; "
-         f"{n['KL estimators']} KL estimators; the env-token masking switch; `policy_loss`"),
+         f"{n['KL estimators']} KL estimators; the env-token masking switch; `policy_loss`; "
+         f"`rollout_correction.py`: {n['rollout corrections']} corrections of the engine / trainer gap "
+         f"({_names(r['rollout corrections'])}: truncated and masked IS at token, turn and sequence level, "
+         "verl's rejection by divergence, off-policy sequence masking)"),
+    ] + _upper_rooms(r, n)
+
+
+def _upper_rooms(r: dict, n: dict) -> list:
+    """The rooms from the filters up (``_rooms`` continued)."""
+    return [
         ("`filters.py`, `diagnostics.py`, `collapse.py`", f"{n['filters']} filters ({_names(r['filters'])}); the "
          "stability checklist per step and per turn index; text-reply metrics (template entropy and MI, repetition); "
          "the collapse rule (a fall that lasts, with a gradient in it) and the freeze detector"),
@@ -101,7 +121,9 @@ def module_table() -> str:
          "off-policy regime (`staleness`, `ppo_epochs`, `minibatches`; logs `policy_lag_mean` / "
          "`policy_lag_max`), fresh-episode evaluation (`eval_every`, `eval_episodes`, `eval_greedy`; logs "
          "`eval_success_rate`, `eval_return`, `eval_turns`), T2PO (`t2po_eta`, `tti_delta`), the optimizer "
-         "(`update_norm` beside `grad_norm`, `skip_zero_adv`, `bc_optimizer`, `lr_warmup`). Also: building a "
+         "(`update_norm` beside `grad_norm`, `skip_zero_adv`, `bc_optimizer`, `lr_warmup`; `optim.py`), the rollout "
+         "engine (`engine`, `engine_strength`, `bypass`, `correction`; logs `engine_kl`, `engine_ratio_max`, ...). "
+         "Also: `kwargs.py`, the checks of every `*_kwargs` dict; building a "
          "run (`build.py`, `limits.py`), the learned credit models the trainer fits, behaviour cloning (`bc.py`, "
          "`bc_reasoning`), the shipped warm starts (`warmstart.py`, `init=`) and TinyLM's pretraining"),
         ("`port/`", "verl 0.9.1 signatures (`compute_grpo_outcome_advantage`, `compute_policy_loss`, `agg_loss`, "
@@ -112,9 +134,6 @@ def module_table() -> str:
          "compare | precompute | warmstart | pretrain | bench`); every `TrainConfig` field is a flag by its own name"),
         ("`exercises/`", "the checks of the notebooks' exercises"),
     ]
-    lines = ["| room (`toyrl/`) | what it holds |", "| --- | --- |"]
-    lines += [f"| {a} | {b.replace('|', chr(92) + '|')} |" for a, b in rows]
-    return "\n".join(lines)
 
 
 def readme_table(readme: Path) -> str:

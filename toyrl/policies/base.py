@@ -126,12 +126,23 @@ class Decode:
 
 
 def sample_step(buf: Decode, t: int, logits: Tensor, temperature: float, pad_id: int, *, allowed=None,
-                constraint=None, greedy: bool = False, generator=None, stops: Optional[Tensor] = None) -> Tensor:
+                constraint=None, greedy: bool = False, generator=None, stops: Optional[Tensor] = None,
+                warp=None) -> Tensor:
     """Draw token t of every row from softmax(logits / temperature) restricted to the step's allowed
     set (``constraint.allowed()`` if given, else ``allowed``), write it into ``buf``, tell the
-    constraint, and mark rows that emitted a stop token done. Returns the (B,) rows that were live."""
+    constraint, and mark rows that emitted a stop token done. Returns the (B,) rows that were live.
+
+    ``warp``: None, or a callable ``(logp_all (B, V), generator) -> logp_all' (B, V)`` applied after
+    temperature and masking and before the draw: a rollout engine that samples differently from
+    the trainer (``toyrl.rollout.engines``). The token is drawn (or, for ``greedy``, argmax-ed) from
+    the warped distribution, and the logp and entropy written into ``buf`` are the warped ones, i.e.
+    what the engine sampled with. It must return normalized log-probs, -inf where a token is out.
+    With ``warp=None`` nothing changes."""
     step_allowed = constraint.allowed() if constraint is not None else allowed_at(allowed, t)
     logp_all, ent = masked_log_softmax(logits, step_allowed, temperature)     # (B, V), (B,)
+    if warp is not None:
+        logp_all = warp(logp_all, generator)                                  # (B, V) what the engine samples
+        ent = -(logp_all.exp() * logp_all.masked_fill(torch.isinf(logp_all), 0.0)).sum(-1)   # (B,)
     tok = logp_all.argmax(-1) if greedy else torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
     live = ~buf.done
     buf.tokens[:, t] = torch.where(live, tok, pad_id)

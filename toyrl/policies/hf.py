@@ -80,6 +80,10 @@ def chat_template_strings(tok) -> tuple[str, str, str]:
 class HFPolicy(torch.nn.Module):
     """A ``transformers`` causal LM as a TokenPolicy (ids in, ids out)."""
 
+    logit_warp = None
+    """None, or ``(logp_all (B, V), generator) -> logp_all'``: how a rollout engine copy samples
+    differently from the trainer (set by ``toyrl.rollout.engines.make_engine``; see ``sample_step``)"""
+
     def __init__(self, model, tokenizer, autocast: Optional[str] = None):
         super().__init__()
         self.model, self.tokenizer = model, tokenizer
@@ -202,7 +206,7 @@ class HFPolicy(torch.nn.Module):
         buf = Decode.empty(logits.shape[0], max_new, self.pad_id, dev)                    # (B, N) buffers
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
-                               greedy=greedy, generator=generator, stops=stops)
+                               greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
             if t == max_new - 1 or bool(buf.done.all()):
                 break
             attn = torch.cat([attn, live.long()[:, None]], 1)

@@ -156,6 +156,10 @@ class Block(nn.Module):
 class ToyTransformer(nn.Module):
     """Decoder-only transformer implementing ``TokenPolicy`` (ids in, ids out)."""
 
+    logit_warp = None
+    """None, or ``(logp_all (B, V), generator) -> logp_all'``: how a rollout engine copy samples
+    differently from the trainer (set by ``toyrl.rollout.engines.make_engine``; see ``sample_step``)"""
+
     def __init__(self, cfg: ToyTransformerConfig):
         super().__init__()
         self.config = cfg
@@ -301,7 +305,7 @@ class ToyTransformer(nn.Module):
         buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype)                     # (B, N) buffers
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
-                               greedy=greedy, generator=generator, stops=stops)
+                               greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
             if t == max_new - 1 or (stops is not None and bool(buf.done.all())):
                 break
             key_valid[:, S0 + t] = live

@@ -5,12 +5,15 @@
 - ``flatten``: episodes -> ``Rollout`` (a ``TurnBatch`` plus the contexts each turn saw), and the
   trainer's log-probs under those contexts (``recompute_logp``);
 - ``tree``: fork-from-snapshot tree rollouts (Tree-GRPO, ARPO, PATR) at an equal token budget.
+- ``engines``: rollout engines, policy copies that sample differently from the trainer (bf16 / fp16,
+  int8 / int4 weights, noise, top-k, top-p, lagging weights): ``make_engine``, ``sync_engine``.
 
 The engine's public names are offered here: ``from toyrl.rollout import rollout, Sampling``.
 """
 from .engine import (CONTEXTS, Episode, Rollout, Sampling, ToyCodec, Turn, TurnContext, build_context,
                      episode_token_bound, left_pad, play, play_turn, recompute_logp, rollout, to_rollout, turn_grammar)
+from .engines import ENGINES, EngineMode, make_engine, sync_engine
 
 __all__ = ["ToyCodec", "Turn", "Episode", "Sampling", "TurnContext", "Rollout", "rollout", "play", "play_turn",
            "to_rollout", "CONTEXTS", "recompute_logp", "left_pad", "build_context", "episode_token_bound",
-           "turn_grammar"]
+           "turn_grammar", "ENGINES", "EngineMode", "make_engine", "sync_engine"]

@@ -14,7 +14,6 @@ type of each default, ``KWARG_RANGES``):
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -24,11 +23,15 @@ from ..filters import FILTERS, loop_abs_adv, starpo_s, t2po_resample, void_turn,
 from ..objectives import CLIP_SCHEMES
 from .build import check_policy_name
 from ..policies.toy import PRESETS
+from .kwargs import KWARG_RANGES, _is_number, _kind, check_kwargs, in_interval, keywords
 from .warmstart import WARMSTARTS, warmstart_path
 from ..rollout.engine import CONTEXTS
+from ..rollout.engines import ENGINES, check_engine
+from ..objectives.rollout_correction import CORRECTIONS
 from ..rollout.tree import STRATEGIES, tree_rollout
 
-__all__ = ["TrainConfig", "RANGES", "KWARG_RANGES", "check_kwargs", "keywords", "in_interval", "envs_providing"]
+__all__ = ["TrainConfig", "RANGES", "KWARG_RANGES", "check_kwargs", "keywords", "in_interval", "envs_providing",
+           "engine_strength"]
 
 
 @dataclass
@@ -103,6 +106,23 @@ class TrainConfig:
     policy can write observation tokens and malformed (void) turns"""
     staleness: int = 0
     """roll out with the policy of this many steps ago (async drift; policy_lag logs it in updates)"""
+    engine: str = "exact"
+    """the rollout engine that samples the episodes, a name of toyrl.rollout.engines.ENGINES: exact (the trainer's
+    own weights and kernels) | bf16 | fp16 | int8 | int4 | noise | topk | topp | lag. With any other the batch keeps
+    the engine's log-probs as rollout_logp and the trainer recomputes old_logp on the same contexts, so even an
+    on-policy step is off-policy (the training-inference mismatch)"""
+    engine_strength: Optional[float] = None
+    """the engine mode's parameter, None: its default (noise: sigma; topk: k; topp: p; lag: updates behind)"""
+    bypass: bool = False
+    """verl's bypass mode: take the engine's log-probs as old_logp (no trainer recompute), so PPO's ratio is
+    pi_theta / pi_engine from the first update and the gap enters the clip (False: the decoupled objective, the
+    trainer rescores the engine's tokens; a correction then reweights by pi_old / pi_engine)"""
+    correction: str = "none"
+    """rollout correction of the engine / trainer gap, a name of toyrl.objectives.rollout_correction.CORRECTIONS
+    (none | tis | mis | icepop | turn_tis | seq_tis | seq_mis | geo_rs ...): per-token weights and a keep mask from
+    old_logp - rollout_logp, applied to the policy loss"""
+    correction_kwargs: dict = field(default_factory=dict)
+    """its keyword hyperparameters (e.g. {"cap": 3.0})"""
     t2po_eta: float = 0.0
     """T2PO turn resampling: regenerate a turn whose uncertainty moved by less than this (0: off)"""
     tti_delta: float = 0.0
@@ -201,9 +221,29 @@ class TrainConfig:
                              f"({', '.join(PRESETS)}); text policies have no END token")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {', '.join(map(str, AUTOCAST))}, got {self.autocast!r}")
+        self._check_engine()
         if self.autocast not in (None, "none", "fp32") and self.policy in PRESETS:
             raise ValueError(f"autocast applies to the language-model policies (tinylm, hf:PATH), not the toy "
                              f"preset {self.policy!r}")
+
+    def _check_engine(self) -> None:
+        """The rollout engine and its correction: names, the strength, their keywords, one lag at a time."""
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+        try:
+            engine_strength(self)
+        except ValueError as e:                                # "strength=0: engine mode 'topk' needs k, ..."
+            raise ValueError(f"engine_strength: {e}") from None
+        if self.engine == "lag" and self.staleness:
+            raise ValueError(f"engine='lag' and staleness={self.staleness} are two lags of the sampling weights: "
+                             "set one (engine lag: the trainer recomputes old_logp; staleness: it does not)")
+        if self.bypass and self.correction != "none":
+            raise ValueError(f"correction={self.correction!r} with bypass=True: bypass takes the engine's log-probs "
+                             "as old_logp, so old_logp - rollout_logp is 0 and no correction acts; set bypass=False")
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"unknown correction {self.correction!r}; valid: {', '.join(CORRECTIONS)}")
+        check_kwargs("correction_kwargs", self.correction, self.correction_kwargs,
+                     dict(CORRECTIONS[self.correction].hyper))
 
     def _check_names(self) -> None:
         for kind, name, valid in (("env", self.env, ENVS), ("estimator", self.estimator, ESTIMATORS),
@@ -286,16 +326,6 @@ RANGES = {"group_size": "[1, 4096]", "prompts_per_step": "[1, 4096]", "steps": "
           "temperature": "(0, inf)", "critic_gamma": "[0, 1]", "seed": "[0, 1e18]"}
 """field -> its valid interval ("(" / ")" exclude the bound; an Optional field may also be None)"""
 
-KWARG_RANGES = {**dict.fromkeys(("gamma", "lam", "gamma_turn", "lam_turn", "gamma_token", "lam_token"), "[0, 1]"),
-                **dict.fromkeys(("eps", "eps_low", "eps_high", "delta_low", "delta_high", "ddof", "omega",
-                                 "kl_coef", "eta"), "[0, inf)"),
-                **dict.fromkeys(("clip_cov_ratio", "kl_cov_ratio", "slip", "p_frozen"), "[0, 1]"),
-                **dict.fromkeys(("cap", "tau_pos", "tau_neg"), "(0, inf)"),
-                **dict.fromkeys(("max_turns", "n_init", "branch", "max_rounds"), "[1, inf)"),
-                "c": "(1, inf)", "p": "(0, 1]"}
-"""keyword name -> its valid interval, applied to every ``*_kwargs`` dict (estimators, clip schemes, envs,
-filters, trees): discounts and trace decays in [0, 1], clip widths >= 0, dual-clip c > 1 (1912.09729)"""
-
 FILTER_FUNCTIONS = {"zero_variance": zero_variance, "starpo_s": starpo_s, "void_turn": void_turn,
                     "loop_abs_adv": loop_abs_adv, "t2po_resample": t2po_resample}
 """the function each ``FILTERS`` entry passes its keyword arguments on to"""
@@ -303,6 +333,15 @@ ENV_SET = ("seed",)
 """env core arguments the Trainer sets itself (num_envs is positional)"""
 TREE_SET = ("codec", "group_size", "strategy", "rng", "sampling", "policy_version")
 """tree_rollout arguments the Trainer sets itself (its own sampling, so tree_rollout's **sampling_kw never apply)"""
+
+
+def engine_strength(cfg: TrainConfig):
+    """``cfg.engine``'s parameter as its mode takes it (its default if None; an integer for topk and lag, which a
+    flag gives as 2.0), or a ValueError naming what is valid. Example: engine="topk", engine_strength=3.0 -> 3."""
+    s = cfg.engine_strength
+    if cfg.engine in ("topk", "lag") and _is_number(s) and float(s).is_integer():
+        s = int(s)
+    return check_engine(cfg.engine, s)
 
 
 def envs_providing(needs) -> list:
@@ -313,74 +352,9 @@ def envs_providing(needs) -> list:
     return [e for e, (_, cls) in ENVS.items() if all(hasattr(cls, m) for m in methods)]
 
 
-def in_interval(v, interval: str) -> bool:
-    """True if the number ``v`` lies in ``interval`` ("(" / ")" exclude the bound):
-    in_interval(1, "(0, 1]") -> True, in_interval(0, "(0, 1]") -> False."""
-    lo, hi = (float(x) for x in interval[1:-1].split(","))
-    return (lo < v if interval[0] == "(" else lo <= v) and (v < hi if interval[-1] == ")" else v <= hi)
-
-
-def _is_number(v, kind=float) -> bool:
-    """An int, or (``kind`` float) an int or a float; a bool is neither."""
-    return not isinstance(v, bool) and isinstance(v, (int,) if kind is int else (int, float))
-
-
-def _fits(v, default) -> bool:
-    """``v`` has the type of ``default``: None / REQUIRED accept anything, an int is a float, a list a tuple."""
-    if default is None:
-        return True
-    if isinstance(default, bool):
-        return isinstance(v, bool)
-    if isinstance(default, (int, float)):
-        return _is_number(v, type(default))
-    return isinstance(v, (list, tuple)) if isinstance(default, (list, tuple)) else isinstance(v, type(default))
-
-
-def _kind(default) -> str:
-    """How a message names the type of ``default``: 0.5 -> "a number", 3 -> "an integer", "x" -> "a string"."""
-    if isinstance(default, bool) or not isinstance(default, (int, float)):
-        return {bool: "true or false", str: "a string", tuple: "a list", list: "a list"}.get(
-            type(default), f"a {type(default).__name__}")
-    return "an integer" if isinstance(default, int) else "a number"
-
-
-def keywords(fn, drop=(), closed: bool = False):
-    """The arguments ``fn`` takes by keyword -> their defaults (None for a required keyword-only one),
-    less ``drop``; None if ``fn`` takes ``**kwargs`` (anything goes) unless ``closed``.
-
-    Example: keywords(lambda batch, *, gamma=0.95, norm="std": 0) -> {"gamma": 0.95, "norm": "std"}."""
-    out, params = {}, inspect.signature(fn).parameters.values()
-    for p in params:
-        if p.kind is p.VAR_KEYWORD and not closed:
-            return None
-        if p.name not in drop and (p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD
-                                                                  and p.default is not p.empty)):
-            out[p.name] = None if p.default is p.empty else p.default
-    return out
-
-
 def filter_keywords(name: str):
     """The keywords of filter ``name``: its FILTERS entry's own plus those of the function it calls."""
     own = keywords(FILTERS[name].fn, drop=("batch",), closed=True)
     if keywords(FILTERS[name].fn) is not None:
         return own
     return None if name not in FILTER_FUNCTIONS else {**own, **keywords(FILTER_FUNCTIONS[name])}
-
-
-def check_kwargs(field: str, owner: str, kwargs, params) -> None:
-    """ValueError naming ``field`` if ``kwargs`` is not a dict, has a key not in ``params`` (None: any key),
-    a value whose type is not its default's, or a number outside ``KWARG_RANGES``.
-
-    Example: check_kwargs("estimator_kwargs", "gigpo", {"gamma": 2.0}, {"gamma": 0.95}) raises
-    "estimator_kwargs: gamma of gigpo must be a number in [0, 1], got 2.0"."""
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"{field}: {owner} takes a dict of keyword arguments, got {kwargs!r}")
-    for k, v in kwargs.items():
-        if params is not None and k not in params:
-            takes = f"it takes: {', '.join(params)}" if params else "it takes no arguments"
-            raise ValueError(f"{field}: {owner} takes no argument {k!r}; {takes}")
-        default = None if params is None else params[k]
-        if not _fits(v, default):
-            raise ValueError(f"{field}: {k} of {owner} must be {_kind(default)} (default {default!r}), got {v!r}")
-        if k in KWARG_RANGES and not (_is_number(v) and in_interval(v, KWARG_RANGES[k])):
-            raise ValueError(f"{field}: {k} of {owner} must be a number in {KWARG_RANGES[k]}, got {v!r}")

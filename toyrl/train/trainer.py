@@ -20,6 +20,12 @@ The off-policy regime is explicit: ``staleness`` rolls out with the weights of k
 optimizer updates between the weights that sampled a batch and the weights that took each update. ``eval_every``
 plays fresh independent episodes on a held-out task set with its own generators, so evaluation never changes the
 training run. Same seed on CPU, same log (timing fields aside).
+
+The sampler need not be the trainer: ``engine`` rolls out with a copy of the policy that samples as an inference
+engine does (bf16 / fp16, int8 / int4 weights, logit noise, top-k / top-p, a lagging weight copy). The batch then
+holds the engine's ``rollout_logp`` beside the trainer's ``old_logp``; ``correction`` reweights or drops tokens by
+their ratio (TIS, MIS, ...), and every row logs the gap (``engine_kl``, ``engine_ratio_max``, per turn and per
+token-probability bin).
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .config import TrainConfig
+from .config import TrainConfig, engine_strength
 from ..credit import ESTIMATORS, warn_group_size, warn_zero_variance
 from .credit_models import CreditModels
 from ..envs.experts import DEMO_CONFIGS, expert_actions, expert_memo, load_demos
@@ -47,45 +53,15 @@ from ..objectives import CLIP_SCHEMES, loss_mask, policy_loss
 from .build import build_policy
 from .limits import check_context, resolve_context
 from ..rollout.engine import Rollout, Sampling, recompute_logp, rollout
+from ..rollout.engines import make_engine, sync_engine
+from ..rollout.mismatch import mismatch_row
+from ..objectives.rollout_correction import correction_stats, rollout_correction
+from .optim import update_norm, warmup_lr
 from .runlog import RunLog
 from ..codecs.toy import ThinkingIntervention
 from ..rollout.tree import tree_rollout
 
 __all__ = ["TrainConfig", "RunLog", "Trainer", "train", "check_context", "warmup_lr", "update_norm"]
-
-
-def warmup_lr(step: int, lr: float, warmup: int) -> float:
-    """Linear learning-rate warmup (Goyal et al., arXiv 1706.02677; for Adam's early steps see RAdam, 1908.03265).
-
-        lr_k = lr * min(1, (k + 1) / W)        (W = warmup; W = 0: lr_k = lr)
-
-    ``step`` is k, the 0-based index of the optimizer update. Example: lr 1e-3, warmup 4 -> updates 0, 1, 2, 3, 4
-    get 2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3.
-    """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an integer >= 0, got {step!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
-    return lr if warmup == 0 else lr * min(1.0, (step + 1) / warmup)
-
-
-def update_norm(before: list, after: list) -> float:
-    """The length of one optimizer update: the L2 norm of the change of every parameter, taken together.
-
-        ||theta_after - theta_before||_2 = sqrt( sum_k sum_j (after_k[j] - before_k[j])^2 )
-
-    Example: before [tensor([0., 0.]), tensor([1.])], after [tensor([3., 0.]), tensor([5.])] -> 5.0.
-    """
-    if len(before) != len(after):
-        raise ValueError(f"before and after must hold as many tensors, got {len(before)} and {len(after)}")
-    for k, (b, a) in enumerate(zip(before, after)):
-        if b.shape != a.shape:
-            raise ValueError(f"before[{k}] and after[{k}] must have one shape, "
-                             f"got {tuple(b.shape)} and {tuple(a.shape)}")
-    sq = [(a.detach().float() - b.detach().float()).pow(2).sum() for b, a in zip(before, after)]   # one per tensor
-    return torch.stack(sq).sum().sqrt().item() if sq else 0.0
 
 
 @dataclass
@@ -105,6 +81,8 @@ class Prepared:
     """filter counts and critic statistics for the row"""
     clip_inputs: dict = field(default_factory=dict)
     """per-rollout keyword inputs of the clip scheme, e.g. a2tgpo's z (B, H); sliced with each minibatch"""
+    is_weights: Optional[torch.Tensor] = None
+    """(B, T) the rollout correction's per-token weights (1 off the policy tokens; None: no correction)"""
 
 
 def _sampling(cfg: TrainConfig, generator) -> Sampling:
@@ -136,8 +114,11 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.ref = None
         self.version = 0                                         # optimizer updates taken so far
-        self.history = deque(maxlen=cfg.staleness + 1)           # (version, weights) at the start of recent steps
+        strength = engine_strength(cfg)                          # the engine mode's parameter, typed (None: none)
+        self.lag = cfg.staleness or (strength if cfg.engine == "lag" else 0)   # steps the sampling weights trail
+        self.history = deque(maxlen=self.lag + 1)                # (version, weights) at the start of recent steps
         self.behaviour = copy.deepcopy(self.policy) if cfg.staleness else self.policy
+        self.engine = make_engine(self.policy, cfg.engine, strength, seed=cfg.seed)   # exact: the policy
         if cfg.init is not None:                                 # a shipped or saved warm start (toyrl.train.warmstart)
             apply_warmstart(self, load_warmstart(cfg.init))
         self.step_idx = 0
@@ -222,12 +203,25 @@ class Trainer:
 
     # ---- one RL step: collect -> prepare -> update ---------------------------------------------
     def collect(self) -> Rollout:
-        """Roll out P x G episodes with the behaviour policy (the weights of ``staleness`` steps ago)."""
+        """Roll out P x G episodes with the rollout engine holding the behaviour weights (those of ``staleness``
+        steps ago; the ``lag`` engine's own lag). ``rollout_logp``: what the engine sampled with; ``old_logp``: the
+        trainer's behaviour weights on the same contexts (engine exact: the same numbers, not recomputed)."""
         self.policy.eval()
-        if self.cfg.staleness:
+        if self.lag:
             self.history.append((self.version, copy.deepcopy(self.policy.state_dict())))
-            self.behaviour.load_state_dict(self.history[0][1])
-        return self.sample(self.behaviour)
+            if self.cfg.staleness:
+                self.behaviour.load_state_dict(self.history[0][1])
+        exact = self.cfg.engine == "exact"
+        if not exact:
+            sync_engine(self.engine, self.history[0][1] if self.lag else self.policy.state_dict(), self.cfg.engine)
+        ro = self.sample(self.behaviour if exact else self.engine)
+        b = ro.batch
+        b.rollout_logp = b.old_logp.clone()                      # (B, T) the engine's log-probs
+        if not exact and not self.cfg.bypass:                    # the trainer scores the engine's tokens itself
+            with torch.no_grad():
+                lp, _ = recompute_logp(self.behaviour, ro, "matched")
+            b.old_logp = torch.where(b.policy_mask, lp, b.old_logp)
+        return ro
 
     def prepare(self, ro: Rollout) -> Prepared:
         """What the methods need (``provide``), advantages, filters, and the behaviour / reference log-probs."""
@@ -256,7 +250,14 @@ class Trainer:
                 if self.ref is None:
                     self.ref = copy.deepcopy(self.policy).eval()
                 ref_logp, _ = recompute_logp(self.ref, ro, "matched")
-        return Prepared(adv, lmask, keep, old_logp, ref_logp, logs, got["clip"])
+        is_w = None
+        if cfg.correction != "none":                             # the engine / trainer gap, on the policy tokens
+            pm = b.policy_mask & lmask
+            w, keep_tok = rollout_correction(cfg.correction, b.old_logp, b.rollout_logp, pm, b.turn_id, H=b.H,
+                                             adv=adv, **cfg.correction_kwargs)
+            is_w, lmask = torch.where(pm, w, torch.ones_like(w)), lmask & (keep_tok | ~pm)
+            logs.update({f"correction_{k}": v for k, v in correction_stats(w, keep_tok, pm).items()})
+        return Prepared(adv, lmask, keep, old_logp, ref_logp, logs, got["clip"], is_w)
 
     def minibatch_loss(self, ro: Rollout, prep: Prepared, rows: Optional[torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Recompute log-probs of ``rows`` (None: all) and their policy loss (+ entropy bonus)."""
@@ -269,6 +270,7 @@ class Trainer:
                                  ratio=cfg.ratio, clip=cfg.clip, agg=cfg.agg,
                                  clip_kwargs={**cfg.clip_kwargs, **{k: pick(v) for k, v in prep.clip_inputs.items()}},
                                  ref_logp=ref, kl=cfg.kl if ref is not None else None, kl_coef=cfg.kl_coef,
+                                 rollout_logp=sub.batch.rollout_logp, is_weights=pick(prep.is_weights),
                                  H=sub.batch.H, adv_level="token")
         if cfg.entropy_coef:
             pm = sub.batch.policy_mask.float()
@@ -354,6 +356,7 @@ class Trainer:
             **times, **prep.logs,
             "update_norm": max(upd["update_norms"]), "update_norm_mean": float(np.mean(upd["update_norms"])),
             "skipped_update": int(upd["skipped"]),
+            **mismatch_row(b.old_logp, b.rollout_logp, b.policy_mask, b.turn_id, H=b.H),   # engine_kl, ...
         })
         return row
 
