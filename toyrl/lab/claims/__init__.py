@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 from . import report
 from .credit import CREDIT_CLAIMS
 from .echo import ECHO_CLAIMS
+from .engine import ENGINE_CLAIMS
 from .offpolicy import OFFPOLICY_CLAIMS
 from ..parallel import iter_tasks
 from ..results import REPO, out_dir as results_dir, shipped_dir
@@ -42,7 +43,7 @@ from .stats import VERDICT_RULE, _r, classify, holm, paired_effect, summary, ver
 __all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "redraw", "write_readme", "REPO",
            "SHIPPED_DIR"]
 
-CLAIMS = {c.name: c for c in STABILITY_CLAIMS + ECHO_CLAIMS + OFFPOLICY_CLAIMS + CREDIT_CLAIMS}
+CLAIMS = {c.name: c for c in STABILITY_CLAIMS + ECHO_CLAIMS + OFFPOLICY_CLAIMS + ENGINE_CLAIMS + CREDIT_CLAIMS}
 """name -> Claim, in ledger order"""
 SHIPPED_DIR = shipped_dir("claims")
 """the shipped ledger, data/claims of the checkout (``REPO``, where README.md lives too)"""

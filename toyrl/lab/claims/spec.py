@@ -36,7 +36,7 @@ __all__ = ["Test", "Claim", "about", "run_job", "train_seed", "SERIES_KEYS", "PR
 SERIES_KEYS = ("reward_mean", "reward_std", "success_rate", "grad_norm", "turns_per_episode", "tokens_generated",
                "batch_size", "void_turn_rate", "void_traj_rate", "clip_frac", "ratio_max", "kept_frac", "entropy",
                "zero_var_frac", "template_mi", "obs_token_rate", "format_valid_rate", "eval_success_rate",
-               "update_norm", "skipped_update")
+               "update_norm", "skipped_update", "engine_kl", "engine_ratio_max")
 """run-log columns kept for every run (metrics and figures read only these)"""
 
 
