@@ -24,8 +24,6 @@ from multiprocessing import Pool
 
 import numpy as np
 
-DEFAULT_CORRECTIONS = ("none", "tis", "mis", "icepop", "turn_tis", "seq_tis", "seq_mis", "geo_rs", "token_rs_k3",
-                       "opsm")
 
 
 def run(job: tuple) -> dict:
@@ -59,12 +57,13 @@ def table(runs: list) -> str:
 
 
 def main(argv=None) -> int:
+    from toyrl.objectives.rollout_correction import CORRECTIONS
     from toyrl.rollout.engines import ENGINES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--engines", nargs="+", default=list(ENGINES))
-    p.add_argument("--corrections", nargs="+", default=list(DEFAULT_CORRECTIONS))
+    p.add_argument("--corrections", nargs="+", default=list(CORRECTIONS))
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="data/engine_modes.json")
     a = p.parse_args(argv)
