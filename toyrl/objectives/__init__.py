@@ -13,10 +13,10 @@ from .clipping import Clip, a2tgpo, clipped_surrogate, dual_clip, gmpo, group_tu
 from .kl import KL_ESTIMATORS, kl_estimate
 from .divergence import binary_kl, dppo_kl, dppo_tv
 from .loss import check_loss_inputs, loss_mask, loss_stats, policy_loss, turn_stats
-from .ratios import LEVELS, clamp_log, log_ratio, pool, tis_weights, token_log_ratio
+from .ratios import LEVELS, clamp_log, log_ratio, pool, token_log_ratio
 from .rollout_correction import (CORRECTION_LEVELS, CORRECTIONS, RS_OPTIONS, Correction, correction_log_rho,
                                  correction_stats, masked_is, off_policy_seq_mask, rejection_mask, rollout_correction,
-                                 truncated_is)
+                                 tis_weights, truncated_is)
 from .schemes import CLIP_SCHEMES, LossContext, Scheme
 from .weighting import cispo, clip_cov, dro, gpg, kl_cov, sapo, vespo
 

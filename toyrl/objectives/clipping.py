@@ -25,7 +25,8 @@ import torch
 
 from ..batch import turn_to_token
 from ..segments import pair_index, segment_mean, segment_std
-from .ratios import check_like, clamp_log, tis_weights
+from .ratios import check_like, clamp_log
+from .rollout_correction import tis_weights
 
 __all__ = ["Clip", "clipped_surrogate", "ppo", "dual_clip", "loop", "sorl", "a2tgpo", "group_turn_zscore", "tis",
            "gmpo"]

@@ -22,7 +22,7 @@ import torch
 
 from ..batch import token_to_turn, turn_to_token
 
-__all__ = ["LEVELS", "token_log_ratio", "pool", "log_ratio", "clamp_log", "tis_weights", "check_like", "floor_logp",
+__all__ = ["LEVELS", "token_log_ratio", "pool", "log_ratio", "clamp_log", "check_like", "floor_logp",
            "LOGP_FLOOR"]
 
 LEVELS = ("token", "turn", "sequence", "trajectory")
@@ -108,23 +108,3 @@ def clamp_log(x: torch.Tensor, bounds: tuple[float, float] = (-20.0, 20.0)) -> t
     """Clamp a log-ratio before ``exp`` (infinite bounds are skipped). Example: [-50., 0., 50.] -> [-20., 0., 20.]."""
     lo, hi = (None if math.isinf(b) else b for b in bounds)
     return x if lo is None and hi is None else x.clamp(min=lo, max=hi)
-
-
-def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, turn_id: torch.Tensor,
-                *, cap: float = 2.0, level: str = "token", H: int | None = None) -> torch.Tensor:
-    """Truncated importance weights for the rollout-engine vs trainer mismatch (Yao et al. 2025; verl TIS).
-
-        w_t = min(exp(old_logp_t - rollout_logp_t), C)             token TIS, C = 2
-        w   = min(prod_{t in row} exp(old_logp_t - rollout_logp_t), C)   sequence TIS
-
-    Returned detached (B, T); 0 off the mask. ``level`` is token, turn (product over the turn),
-    sequence or trajectory (both: product over the row).
-    Example (token, C=2): old [0., 0., 0.], rollout [0., -1., 1.] -> [1., 2., 0.3679].
-    """
-    check_like(old_logp, "old_logp", rollout_logp=rollout_logp, mask=mask, turn_id=turn_id)
-    d = token_log_ratio(old_logp, rollout_logp, mask).detach()                 # (B, T)
-    if level != "token":
-        d = pool(d, mask, turn_id, "turn" if level == "turn" else "sequence", "sum", H)
-    w = torch.exp(clamp_log(d, (-20.0, math.log(cap)))).clamp(max=cap)         # (B, T)
-    return torch.where(mask, w, torch.zeros_like(w))
-

@@ -48,7 +48,7 @@ from ..batch import token_to_turn, turn_to_token
 from .ratios import check_like, floor_logp, pool
 
 __all__ = ["CORRECTIONS", "Correction", "CORRECTION_LEVELS", "RS_OPTIONS", "LOG_BOUND", "correction_log_rho",
-           "truncated_is", "masked_is", "rejection_mask", "off_policy_seq_mask", "no_correction",
+           "truncated_is", "tis_weights", "masked_is", "rejection_mask", "off_policy_seq_mask", "no_correction",
            "rollout_correction", "correction_stats"]
 
 LOG_BOUND = 20.0
@@ -148,6 +148,22 @@ def truncated_is(log_rho: torch.Tensor, mask: torch.Tensor, *, upper: float = 2.
     check_like(log_rho, "log_rho", mask=mask)
     w = torch.exp(log_rho.detach().clamp(-LOG_BOUND, LOG_BOUND)).clamp(min=lower, max=upper)   # (B, T)
     return torch.where(mask, w, torch.zeros_like(w))
+
+
+def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, turn_id: torch.Tensor,
+                *, cap: float = 2.0, level: str = "token", H: Optional[int] = None) -> torch.Tensor:
+    """``truncated_is`` of ``correction_log_rho`` in one call, at a ratio level of ``ratios.LEVELS`` (what the
+    ``tis`` clip scheme and ``port.verl_policy`` take):
+
+        w_t = min(exp(old_logp_t - rollout_logp_t), C)                   token TIS, C = 2
+        w   = min(prod_{t in row} exp(old_logp_t - rollout_logp_t), C)   sequence TIS
+
+    Detached (B, T); 0 off the mask. ``level`` is token, turn (product over the turn), sequence or trajectory
+    (both: product over the row). Example (token, C=2): old [0., 0., 0.], rollout [0., -1., 1.] ->
+    [1., 2., 0.3679].
+    """
+    unit = "sequence" if level == "trajectory" else level
+    return truncated_is(correction_log_rho(old_logp, rollout_logp, mask, turn_id, unit, H), mask, upper=cap)
 
 
 def masked_is(log_rho: torch.Tensor, mask: torch.Tensor, *, upper: float = 2.0,

@@ -39,7 +39,7 @@ from typing import Any, Optional
 import torch
 
 from ..objectives import aggregate, kl_estimate, policy_loss, token_log_ratio
-from ..objectives.ratios import tis_weights
+from ..objectives.rollout_correction import tis_weights
 
 __all__ = ["agg_loss", "kl_penalty", "compute_policy_loss", "POLICY_LOSS_REGISTRY",
            "compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_cispo",
