@@ -70,7 +70,10 @@ def test_momentum_moves_a_zero_gradient_policy_unless_the_step_is_skipped():
     timing = lambda r: {k: v for k, v in r.items() if not k.startswith("time_")}   # noqa: E731
     assert timing(on0) == timing(off0)                               # a step with signal: identical rows
     assert off0["update_norm"] > 0 and off0["update_norm_mean"] == off0["update_norm"] and off0["skipped_update"] == 0
-    assert list(off0)[-3:] == ["update_norm", "update_norm_mean", "skipped_update"]   # new keys after the old ones
+    keys = list(off0)                                        # new keys after the old ones; only the engine's later
+    i = keys.index("update_norm")
+    assert keys[i:i + 3] == ["update_norm", "update_norm_mean", "skipped_update"]
+    assert keys[i + 3:] and all(k.startswith("engine_") for k in keys[i + 3:])   # (issue 25) columns follow them
     for r in (off1, on1):
         assert r["adv_abs_mean"] == 0.0 and r["zero_var_frac"] == 1.0 and r["grad_norm"] == 0.0
     assert off1["skipped_update"] == 0 and off1["update_norm"] > 0.01            # the drift: measured 0.24 (seed 3)
