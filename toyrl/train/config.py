@@ -122,7 +122,7 @@ class TrainConfig:
     (none | tis | mis | icepop | turn_tis | seq_tis | seq_mis | geo_rs ...): per-token weights and a keep mask from
     old_logp - rollout_logp, applied to the policy loss"""
     correction_kwargs: dict = field(default_factory=dict)
-    """its keyword hyperparameters (e.g. {"cap": 3.0})"""
+    """its keyword hyperparameters (e.g. {"upper": 3.0}: the truncation or mask bound C)"""
     t2po_eta: float = 0.0
     """T2PO turn resampling: regenerate a turn whose uncertainty moved by less than this (0: off)"""
     tti_delta: float = 0.0
