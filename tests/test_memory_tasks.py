@@ -11,7 +11,8 @@ from gymnasium.utils.env_checker import check_env
 from toyrl.codecs.toy import ToyCodec
 from toyrl.envs import make_core
 from toyrl.envs.experts import expert_actions, expert_memo
-from toyrl.envs.gridworld import GOAL, HOLE, LEFT, RIGHT, GridCore, cross_map, doors_map, shortest_path, tmaze_map
+from toyrl.envs.gridworld import LEFT, RIGHT, GridCore, shortest_path
+from toyrl.envs.layouts import GOAL, HOLE, cross_map, doors_map, tmaze_map
 from toyrl.policies.scripted import ScriptedPolicy
 from toyrl.rollout.engine import Episode, Sampling, Turn, build_context, rollout, scramble_reasoning
 

@@ -160,7 +160,7 @@ def cmd_warmstart(args) -> int:
     return 0
 
 
-WARMSTART_NAMES = ("tmaze", "plan_chain")
+WARMSTART_NAMES = ("tmaze", "plan_chain", "snake5", "snake7", "snake9", "fork9")
 """``toyrl.train.warmstart.WARMSTARTS``'s names (spelled here so the parser needs no torch; a test checks)"""
 
 

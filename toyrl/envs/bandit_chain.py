@@ -24,16 +24,20 @@ class BanditCore(BatchedCore):
     def __init__(self, num_envs: int, *, stages: int = 4, arms: int = 4, good_arms: int = 1,
                  on_wrong: str = "stay", dense: bool = False, max_turns: Optional[int] = None,
                  void_penalty: float = 0.0, layout_seed: Optional[int] = None, show_layout: bool = False,
-                 seed: Optional[int] = None):
+                 lures: int = 0, seed: Optional[int] = None):
         super().__init__(num_envs, seed)
         if stages < 1 or arms < 2 or not 1 <= good_arms < arms:
             raise ValueError(f"need stages >= 1, arms >= 2 and 1 <= good_arms < arms, got "
                              f"stages={stages}, arms={arms}, good_arms={good_arms}")
+        if not 0 <= lures <= arms - good_arms - 1:
+            raise ValueError(f"lures must lie in [0, arms - good_arms - 1] = [0, {arms - good_arms - 1}] (a stage keeps at "
+                             f"least one plain wrong arm), got {lures}")
         if on_wrong not in ON_WRONG:
             raise ValueError(f"on_wrong must be one of {ON_WRONG}, got {on_wrong!r}")
         if show_layout and good_arms != 1:
             raise ValueError(f"show_layout=True shows one good arm per stage: it needs good_arms=1, got {good_arms}")
         self.K, self.M, self.good_arms, self.show_layout = stages, arms, good_arms, bool(show_layout)
+        self.lures = int(lures)
         self.on_wrong, self.dense = on_wrong, dense
         self.max_turns = int(max_turns) if max_turns is not None else 2 * stages
         self.void_penalty = float(void_penalty)
@@ -48,14 +52,17 @@ class BanditCore(BatchedCore):
         return self._draw_layouts(rng, n)
 
     def _draw_layouts(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        # per stage, a random set of good_arms arms advance: argsort of uniforms picks them without loops
+        # per stage, a random set of good_arms arms advance (1) and the next `lures` ranks are lures (2): argsort
+        # of uniforms picks them without loops (lures=0 draws exactly the layouts it always drew)
         ranks = np.argsort(rng.random((n, self.K, self.M)), axis=2).argsort(axis=2)   # (n, K, M)
-        return (ranks < self.good_arms).astype(np.int64).reshape(n, -1)                # (n, K*M)
+        lure = (ranks >= self.good_arms) & (ranks < self.good_arms + self.lures)
+        return ((ranks < self.good_arms) + 2 * lure).astype(np.int64).reshape(n, -1)  # (n, K*M)
 
     def reset(self, tasks: np.ndarray) -> np.ndarray:
         good = self._check_tasks(tasks)
-        if not (good.reshape(-1, self.K, self.M).sum(2) >= 1).all():
-            raise ValueError("tasks: every stage needs at least one good arm (a 1 in each row of M)")
+        if not ((good.reshape(-1, self.K, self.M) == 1).sum(2) >= 1).all() or not np.isin(good, (0, 1, 2)).all():
+            raise ValueError("tasks: every stage needs at least one good arm (a 1 in each row of M; 2 marks a lure, "
+                             "0 a wrong arm)")
         N = self.num_envs
         self.state = self.episode_state(
             good=good.copy(),                                       # (N, K*M)
@@ -72,7 +79,8 @@ class BanditCore(BatchedCore):
         stage = st["stage"]
         cell = np.minimum(stage, self.K - 1) * self.M + np.maximum(a, 0)
         right = live & ~void & (st["good"][np.arange(N), cell] == 1)
-        wrong = live & ~void & ~right
+        lured = live & ~void & (st["good"][np.arange(N), cell] == 2)               # "found something", no progress
+        wrong = live & ~void & ~right & ~lured                                       # a lure never ends or restarts
         new_stage = stage + right
         if self.on_wrong == "restart":
             new_stage = np.where(wrong, 0, new_stage)
@@ -81,9 +89,12 @@ class BanditCore(BatchedCore):
         success = live & (new_stage >= self.K)
         terminated = success | (wrong if self.on_wrong == "end" else np.zeros(N, bool))
         truncated = self.end_turn(live, terminated)
-        reward = (right / self.K) if self.dense else success.astype(np.float64)
+        reward = ((right | lured) / self.K) if self.dense else success.astype(np.float64)
         reward = reward - self.void_penalty * void
-        return self.obs(), reward, terminated, truncated, {"void": void, "success": success, "right": right}
+        info = {"void": void, "success": success, "right": right}
+        if self.lures:
+            info["found"] = right | lured                                          # the turn signal a lure farms
+        return self.obs(), reward, terminated, truncated, info
 
     def obs(self) -> np.ndarray:
         return self.state["stage"].copy()
@@ -128,7 +139,7 @@ class BanditCore(BatchedCore):
     def oracle_actions(self, i: int = 0) -> list[int]:
         """A shortest successful action sequence for copy i from its current stage."""
         good = self.state["good"][i].reshape(self.K, self.M)
-        return [int(np.flatnonzero(good[k])[0]) for k in range(int(self.state["stage"][i]), self.K)]
+        return [int(np.flatnonzero(good[k] == 1)[0]) for k in range(int(self.state["stage"][i]), self.K)]
 
 
 class BanditChainEnv(CoreEnv):
@@ -150,6 +161,13 @@ class BanditChainEnv(CoreEnv):
     Sparse (default): +1 when the chain is completed. Dense (``dense=True``): +1/K for every
     advancing pull. ``-void_penalty`` on a void turn.
 
+    A farmable turn reward (``lures`` >= 1): at every stage ``lures`` of the wrong arms are lures. A lure
+    "finds something": its pull is reported in ``info["found"]`` exactly like a right pull (the turn signal
+    MT-GRPO reads) and, with ``dense=True``, pays the same +1/K; but it never advances the stage, so a
+    policy can farm the signal forever without coming nearer to the outcome (Wei et al., arXiv 2505.11821:
+    a turn reward not aligned with the outcome gets optimized locally). A lure never ends or restarts the
+    chain; its feedback token reads "wrong".
+
     With ``show_layout=True`` the prompt lists the good arm of every stage (the plan), and only the
     prompt: a policy whose context drops it after turn 0 (``context="blind"``) must carry the rest of
     the plan in its own reasoning (``memo()``). With ``on_wrong="end"`` a policy that forgets the plan
@@ -163,10 +181,11 @@ class BanditChainEnv(CoreEnv):
     ``stages=4``, ``arms=4``, ``good_arms=1``, ``on_wrong="stay"``, ``dense=False``,
     ``max_turns=None``, ``void_penalty=0.0``, ``layout_seed=None`` (an int fixes one layout for
     every task, drawn from that seed: a bandit to learn by heart rather than to explore per task),
-    ``show_layout=False`` (the plan in the prompt; needs ``good_arms=1``).
+    ``show_layout=False`` (the plan in the prompt; needs ``good_arms=1``), ``lures=0`` (lure arms per stage, at most
+    ``arms - good_arms - 1``; a task row marks a good arm 1, a lure 2, a wrong arm 0).
 
     ## Version History
-    - v0: first version.
+    - v0: first version (``show_layout`` and ``lures`` added later; the layouts drawn without lures unchanged).
     """
 
     core_cls = BanditCore

@@ -12,6 +12,7 @@ The policy that plays a planner's (or a transcript's) actions as tokens is ``toy
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
@@ -23,7 +24,7 @@ from .gridworld import HOLE, GridCore, goal_distance, neighbours
 from .bandit_chain import BanditCore
 from .mock_search import SearchCore, oracle_actions
 
-__all__ = ["expert_actions", "expert_memo", "process_scores", "write_demos", "load_demos", "DEMO_DIR", "DEMO_CONFIGS"]
+__all__ = ["expert_actions", "noisy_expert", "expert_memo", "process_scores", "write_demos", "load_demos", "DEMO_DIR", "DEMO_CONFIGS"]
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "data" / "demos"
 # the env settings the shipped demonstration files were made with
@@ -51,7 +52,7 @@ def expert_actions(core: BatchedCore, rows: Optional[np.ndarray] = None) -> np.n
         out = np.empty(len(rows), np.int64)
         nxt = neighbours(core.size)[:4]                             # (4, n*n)
         for j, i in enumerate(rows):
-            dist = goal_distance(st["tiles"][i], core.size)
+            dist = _goal_distance(st["tiles"][i].tobytes(), core.size)
             d = dist[nxt[:, st["pos"][i]]]                          # (4,) distance after each move
             d = np.where(st["tiles"][i][nxt[:, st["pos"][i]]] == HOLE, 10**7, d)
             out[j] = int(np.argmin(d))
@@ -59,10 +60,34 @@ def expert_actions(core: BatchedCore, rows: Optional[np.ndarray] = None) -> np.n
     if isinstance(core, BanditCore):
         good = st["good"][rows].reshape(len(rows), core.K, core.M)
         stage = np.minimum(st["stage"][rows], core.K - 1)
-        return good[np.arange(len(rows)), stage].argmax(1).astype(np.int64)
+        return (good[np.arange(len(rows)), stage] == 1).argmax(1).astype(np.int64)
     if isinstance(core, SearchCore):
         return np.array([oracle_actions(core, int(i))[0] for i in rows], dtype=np.int64)
     raise ValueError(f"no planner for core {type(core).__name__}")
+
+
+def noisy_expert(eps: float, rng: np.random.Generator, choose=expert_actions):
+    """An imperfect teacher: ``choose``'s action, replaced with probability ``eps`` by a uniformly drawn one (from
+    ``rng``) -> a chooser ``(core, rows) -> actions``. A policy cloned from it starts with a per-turn error rate of
+    about eps (1 - 1/A), so on a task of L fatal decisions its success starts near (1 - eps (1 - 1/A))^L: the
+    competent, imperfect start long-horizon credit is about. eps = 0 returns ``choose`` itself.
+    Example: eps 1 -> every action uniform over the core's n_actions."""
+    if not 0.0 <= eps <= 1.0:
+        raise ValueError(f"eps must lie in [0, 1], got {eps}")
+    if eps == 0.0:
+        return choose
+
+    def chooser(core: BatchedCore, rows) -> np.ndarray:
+        a = np.asarray(choose(core, rows), dtype=np.int64)
+        flip = rng.random(len(a)) < eps
+        return np.where(flip, rng.integers(0, core.n_actions, len(a)), a)
+    return chooser
+
+
+@lru_cache(maxsize=4096)
+def _goal_distance(tiles: bytes, n: int) -> np.ndarray:
+    """``goal_distance`` of a map given as its int64 bytes, memoized: the planner asks once per map, not per turn."""
+    return goal_distance(np.frombuffer(tiles, dtype=np.int64), n)
 
 
 def process_scores(core: BatchedCore) -> np.ndarray:

@@ -11,12 +11,11 @@ import numpy as np
 from gymnasium import spaces
 
 from .core import VOID, BatchedCore, CoreEnv, mix64, parse_bracket_action
+from .layouts import FROZEN, GOAL, HOLE, START, TILE_CHARS, build, check_size, variants
 
-__all__ = ["MAPS", "LAYOUTS", "GridCore", "GridWorldEnv", "random_map", "tmaze_map", "cross_map", "doors_map",
-           "map_to_array", "neighbours", "shortest_path", "goal_distance"]
+__all__ = ["MAPS", "GridCore", "GridWorldEnv", "random_map", "map_to_array", "neighbours", "shortest_path",
+           "goal_distance"]
 
-FROZEN, HOLE, GOAL, START = 0, 1, 2, 3
-TILE_CHARS = "FHGS"
 LEFT, DOWN, RIGHT, UP = 0, 1, 2, 3
 ACTION_NAMES = ("left", "down", "right", "up")
 _DROW = np.array([0, 1, 0, -1])
@@ -110,72 +109,6 @@ def random_map(rng: np.random.Generator, n: int = 4, p_frozen: float = 0.8) -> n
             return tiles.astype(np.int64)
 
 
-LAYOUTS = ("random", "tmaze", "cross", "doors")
-"""how ``GridCore`` draws maps: random lakes, T-mazes whose goal side is the cue, crossings with three exits, or a
-hallway of doors one of which is the goal (the cue)"""
-
-
-def tmaze_map(n: int, side: int) -> np.ndarray:
-    """An n x n T-maze (n odd, >= 3) -> (n*n,) tiles: a corridor down the middle column from S (top) to the
-    bottom row, which is ice from wall to wall; G at the bottom-left corner (``side`` 0) or bottom-right
-    (``side`` 1), a hole at the other corner, holes everywhere else. Any step off the corridor falls in, so
-    the agent's cell never records the cue: after turn 0 it survives only in what the agent wrote.
-    Optimal length (n - 1) + (n - 1) / 2. Example: n=3, side=1 -> ["HSH", "HFH", "HFG"].
-    """
-    if n < 3 or n % 2 == 0:
-        raise ValueError(f"a T-maze needs an odd size >= 3, got size={n}")
-    if side not in (0, 1):
-        raise ValueError(f"side must be 0 (goal bottom-left) or 1 (bottom-right), got {side!r}")
-    tiles = np.full((n, n), HOLE, dtype=np.int64)
-    c = n // 2
-    tiles[:, c] = FROZEN
-    tiles[n - 1, 1:n - 1] = FROZEN
-    tiles[0, c] = START
-    tiles[n - 1, (0, n - 1)[side]] = GOAL
-    return tiles.reshape(-1)
-
-
-def cross_map(n: int, exit: int) -> np.ndarray:
-    """An n x n crossing (n odd, >= 5) -> (n*n,) tiles: a corridor down the middle column from S (top) to a
-    junction at row n - 2 with three exits one step away: left, down and right (``exit`` 0, 1, 2, as the action
-    ids 0, 1, 2); one exit is G, the other two holes; holes everywhere else. Like the T-maze the cue is used once,
-    at the junction, after n - 2 turns of carrying it; unlike it, a policy that forgets wins 1/3 of the time at
-    best, below half of a policy that remembers. Optimal length n - 1. Example: n=5, exit=2 ->
-    ["HHSHH", "HHFHH", "HHFHH", "HHFGH", "HHHHH"].
-    """
-    if n < 5 or n % 2 == 0:
-        raise ValueError(f"a crossing needs an odd size >= 5, got size={n}")
-    if exit not in (0, 1, 2):
-        raise ValueError(f"exit must be 0 (left), 1 (down) or 2 (right), got {exit!r}")
-    tiles = np.full((n, n), HOLE, dtype=np.int64)
-    c = n // 2
-    tiles[:n - 1, c] = FROZEN
-    tiles[0, c] = START
-    tiles[((n - 2, c - 1), (n - 1, c), (n - 2, c + 1))[exit]] = GOAL
-    return tiles.reshape(-1)
-
-
-def doors_map(n: int, door: int) -> np.ndarray:
-    """An n x n hallway of doors (n odd, >= 5) -> (n*n,) tiles: a corridor down the middle column from S (top)
-    to a hallway (row n - 2, ice from wall to wall); below it, row n - 1 holds n - 1 doors (every column but the
-    middle one, which is a hole), the ``door``-th of them (0-based, left to right) G and the others holes; holes
-    everywhere else. The door is seen at turn 0 only under a blind context; a policy that forgets it opens the
-    right one with probability 1 / (n - 1) at best. Optimal length (n - 2) + |column - n // 2| + 1.
-    Example: n=5, door=2 -> ["HHSHH", "HHFHH", "HHFHH", "FFFFF", "HHHGH"].
-    """
-    if n < 5 or n % 2 == 0:
-        raise ValueError(f"a hallway of doors needs an odd size >= 5, got size={n}")
-    if not 0 <= door < n - 1:
-        raise ValueError(f"door must lie in [0, {n - 1}) for size {n}, got {door!r}")
-    tiles = np.full((n, n), HOLE, dtype=np.int64)
-    c = n // 2
-    tiles[:n - 1, c] = FROZEN
-    tiles[n - 2, :] = FROZEN
-    tiles[0, c] = START
-    tiles[n - 1, door + (door >= c)] = GOAL
-    return tiles.reshape(-1)
-
-
 class GridCore(BatchedCore):
     """N GridWorld copies stepped with numpy; see ``GridWorldEnv`` for the rules."""
 
@@ -183,12 +116,9 @@ class GridCore(BatchedCore):
                  max_turns: Optional[int] = None, p_frozen: float = 0.8, void_penalty: float = 0.0,
                  layout: str = "random", seed: Optional[int] = None):
         super().__init__(num_envs, seed)
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        least = 3 if layout == "tmaze" else 5
-        if layout != "random" and (map_name is not None or size < least or size % 2 == 0):
-            raise ValueError(f"layout={layout!r} needs an odd size >= {least} and no map_name, got size={size}, "
-                             f"map_name={map_name!r}")
+        if layout != "random" and map_name is not None:
+            raise ValueError(f"layout={layout!r} draws its own maps: it takes no map_name, got map_name={map_name!r}")
+        check_size(layout, size)
         self.layout = layout
         if map_name is not None:
             if map_name not in MAPS:
@@ -209,12 +139,8 @@ class GridCore(BatchedCore):
     def sample_tasks(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self._fixed is not None:
             return np.repeat(self._fixed[None], n, 0)                     # (n, n*n)
-        if self.layout == "tmaze":
-            return np.stack([tmaze_map(self.size, int(side)) for side in rng.integers(0, 2, n)])
-        if self.layout == "cross":
-            return np.stack([cross_map(self.size, int(e)) for e in rng.integers(0, 3, n)])
-        if self.layout == "doors":
-            return np.stack([doors_map(self.size, int(d)) for d in rng.integers(0, self.size - 1, n)])
+        if self.layout != "random":                                       # a structured layout: its variant per task
+            return np.stack([build(self.layout, self.size, v) for v in rng.integers(0, variants(self.layout, self.size), n)])
         return np.stack([random_map(rng, self.size, self.p_frozen) for _ in range(n)])
 
     def reset(self, tasks: np.ndarray) -> np.ndarray:
@@ -330,16 +256,24 @@ class GridWorldEnv(CoreEnv):
     ## Arguments
     ``size=4`` (N), ``map_name=None`` (one of ``MAPS``: "4x4", "5x5", "8x8"), ``slip=0.0``,
     ``max_turns=None``, ``p_frozen=0.8`` (ice probability of drawn maps), ``void_penalty=0.0``,
-    ``layout="random"`` (``"tmaze"``: an odd-sized T-maze whose goal corner, left or right, is drawn per
-    task and shown only in the map: a cue to remember down a corridor where any side step is a hole;
-    optimal length 1.5 (N - 1); a policy that forgets the cue wins half the time at best; ``"cross"``: the same
-    corridor ending in a junction with three exits, one the goal, drawn per task; optimal length N - 1; a policy
-    that forgets wins 1/3 at best; ``"doors"``: an
-    odd-sized hallway of N - 1 doors below a corridor, one of them the goal, drawn per task; a policy that
-    forgets which wins 1 / (N - 1) of the time at best).
+    ``layout="random"``: the map family (``toyrl.envs.layouts``), drawn per task so a group shares one map:
+    - ``"tmaze"``: an odd-sized T-maze whose goal corner, left or right, is shown only in the map: a cue to
+      remember down a corridor where any side step is a hole; optimal length 1.5 (N - 1); a policy that forgets
+      the cue wins half the time at best;
+    - ``"cross"``: the same corridor ending in a junction with three exits, one the goal; optimal length N - 1; a
+      policy that forgets wins 1/3 at best;
+    - ``"doors"``: a hallway of N - 1 doors below a corridor, one of them the goal; a policy that forgets which
+      wins 1 / (N - 1) of the time at best;
+    - ``"snake"``: one winding corridor (even rows ice, odd rows one cell at alternating ends), mirrored per task;
+      optimal length (N + 1) / 2 N + (N - 1) / 2 - 1 (16, 30, 48 at N = 5, 7, 9) and no shorter way, so the
+      horizon stays long after learning; every side step is fatal, so a failed episode holds only right turns
+      before its one fatal turn (what a trajectory-level advantage misjudges);
+    - ``"fork"``: row 0 leads from S (middle) to two corridors down the outer columns, one ending in G and one in
+      a hole; optimal length 1.5 (N - 1); the first moves choose the corridor, and the choice is paid for N - 1
+      turns later.
 
     ## Version History
-    - v0: first version (``layout="tmaze"`` and ``memo()`` added later; random lakes unchanged).
+    - v0: first version (``layout``, its families and ``memo()`` added later; random lakes unchanged).
     """
 
     core_cls = GridCore

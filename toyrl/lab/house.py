@@ -73,8 +73,9 @@ def _rooms(r: dict, n: dict) -> list:
          "rewards, group and state-key ids), and group statistics with scatter ops over ids renumbered by "
          "`torch.unique(..., return_inverse=True)`; anchor cells of (group, state key) pairs"),
         ("`envs/`", f"{n['envs']} envs ({_names(r['envs'])}): `toyrl/GridWorld-v0` (FrozenLake-like, slip, random or "
-         "named maps, and tasks whose cue is seen once: a T-maze and a hallway of doors), `toyrl/BanditChain-v0` (the "
-         "hello world of per-turn credit; with `show_layout` a plan shown once), `toyrl/MockSearch-v0` (tool-use QA "
+         "named maps, tasks whose cue is seen once: a T-maze, a crossing and a hallway of doors, and long-horizon "
+         "credit tasks: a snake and a fork; `layouts.py`), `toyrl/BanditChain-v0` (the hello world of per-turn credit; "
+         "with `show_layout` a plan shown once, with `lures` a farmable turn reward), `toyrl/MockSearch-v0` (tool-use QA "
          "over a shipped fictional knowledge base: long noisy tool outputs, void turns, a checkable intermediate "
          "signal, privileged reference solutions). Each is a gymnasium env over a batched numpy core, with "
          "`state_key()`, `snapshot()` / `restore()` / `fork()` and `render_text()` / `parse_action()`; "

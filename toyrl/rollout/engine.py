@@ -65,7 +65,8 @@ class Turn:
     key: int
     void: bool
     signal: float = 0.0
-    """a checkable intermediate signal (MockSearch: the result holds the answer; BanditChain: the pull was right)"""
+    """a checkable intermediate signal (MockSearch: the result holds the answer; BanditChain: the pull was right, or
+    with lures found something)"""
     u: float = 0.0
     """the turn's uncertainty (mean entropy of its tokens), T2PO's resampling signal"""
     state: Optional[dict] = None
@@ -243,7 +244,7 @@ def scramble_reasoning(tokens: torch.Tensor, mask: torch.Tensor, codec, generato
 
 
 def _signal(info: dict, n: int) -> np.ndarray:
-    for key in ("contains_answer", "right"):
+    for key in ("contains_answer", "found", "right"):            # BanditChain with lures: found = right or lure
         if key in info:
             return info[key].astype(np.float64)
     return np.zeros(n)

@@ -154,6 +154,9 @@ class TrainConfig:
     """behaviour-cloning steps on expert demonstrations before RL"""
     bc_lr: float = 3e-3
     """learning rate of behaviour cloning"""
+    bc_noise: float = 0.0
+    """an imperfect teacher: with this probability behaviour cloning's planner plays a uniformly random action instead
+    of its own (toyrl.envs.experts.noisy_expert), so the clone starts with a per-turn error rate; planner demos only"""
     init: Optional[str] = None
     """start from a warm start instead of behaviour cloning here: a shipped name (toyrl.train.warmstart.WARMSTARTS:
     tmaze, plan_chain; data/checkpoints/NAME.pt) or a file written by `toyrl warmstart`; its weights, and with
@@ -320,7 +323,7 @@ RANGES = {"group_size": "[1, 4096]", "prompts_per_step": "[1, 4096]", "steps": "
           "minibatches": "[1, 4096]", "n_think": "[1, 256]", "think_max": "[0, 256]", "think_min": "[0, 256]",
           "staleness": "[0, 1000]", "eval_every": "[0, 1e7]", "eval_episodes": "[1, 65536]", "context_k": "[1, 1e4]",
           "tti_delta": "[0, 10]", "tti_window": "[1, 256]", "tti_min_think": "[0, 256]", "t2po_eta": "[0, 10]",
-          "kl_coef": "[0, 1e6]", "grad_clip": "[0, 1e9]", "bc_steps": "[0, 1e6]", "max_turns": "[1, 1e4]",
+          "kl_coef": "[0, 1e6]", "grad_clip": "[0, 1e9]", "bc_steps": "[0, 1e6]", "bc_noise": "[0, 1]", "max_turns": "[1, 1e4]",
           "lr_warmup": "[0, 1e7]",
           "lr": "(0, inf)", "critic_lr": "(0, inf)", "bc_lr": "(0, inf)", "entropy_coef": "[0, 1e6]",
           "temperature": "(0, inf)", "critic_gamma": "[0, 1]", "seed": "[0, 1e18]"}

@@ -42,7 +42,7 @@ import torch
 from .config import TrainConfig, engine_strength
 from ..credit import ESTIMATORS, warn_group_size, warn_zero_variance
 from .credit_models import CreditModels
-from ..envs.experts import DEMO_CONFIGS, expert_actions, expert_memo, load_demos
+from ..envs.experts import DEMO_CONFIGS, expert_memo, load_demos, noisy_expert
 from ..policies.scripted import ScriptedPolicy, replay_chooser
 from .bc import bc_loss
 from .warmstart import apply_warmstart, load_warmstart
@@ -166,13 +166,13 @@ class Trainer:
 
     # ---- behaviour cloning ---------------------------------------------------------------------
     def behaviour_clone(self, steps: int) -> list[float]:
-        """``steps`` updates of NLL on expert turns: shipped demos when they fit this env's settings,
-        else the planner on freshly drawn tasks (writing ``expert_memo`` as reasoning with ``bc_reasoning``).
+        """``steps`` updates of NLL on expert turns: shipped demos when they fit this env's settings (and
+        ``bc_noise`` is 0), else the planner on freshly drawn tasks (a random action with probability ``bc_noise``) (writing ``expert_memo`` as reasoning with ``bc_reasoning``).
         Returns the losses. With ``bc_optimizer="continue"`` RL goes on with this AdamW (``self.opt``: its moment
         estimates and step count kept, its lr set to ``lr``)."""
         cfg, losses = self.cfg, []
         demos = None
-        if cfg.env in DEMO_CONFIGS and cfg.env_kwargs == DEMO_CONFIGS[cfg.env]:     # the demos' own settings
+        if cfg.env in DEMO_CONFIGS and cfg.env_kwargs == DEMO_CONFIGS[cfg.env] and not cfg.bc_noise:   # demos' settings
             try:
                 demos = load_demos(cfg.env)
             except FileNotFoundError:
@@ -186,7 +186,7 @@ class Trainer:
                 tasks = np.array([demos[i]["task"] for i in pick])
                 choose = replay_chooser([demos[i]["actions"] for i in pick])
             else:
-                tasks, choose = self.core.sample_tasks(self.rng, self.B), expert_actions
+                tasks, choose = self.core.sample_tasks(self.rng, self.B), noisy_expert(cfg.bc_noise, self.rng)
             expert = ScriptedPolicy(self.core, self.codec, choose, self.device, reason=memo)
             ro = rollout(expert, self.core, tasks, np.arange(self.B), codec=self.codec, sampling=s)
             logp, _ = recompute_logp(self.policy, ro, "matched")

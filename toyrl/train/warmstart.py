@@ -34,6 +34,8 @@ CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "data" / "checkpoints"
 
 _BLIND = dict(policy="small", context="blind", context_k=1, n_think=4, prompts_per_step=8, group_size=8,
               bc_reasoning=True, bc_lr=3e-3)
+_CREDIT = dict(env="gridworld", policy="small", context="full", n_think=2, think_max=0, prompts_per_step=8,
+               group_size=8, bc_noise=0.05, bc_lr=3e-3, bc_steps=300)
 WARMSTARTS = {
     # T-maze 5x5: the goal corner is the cue, seen at turn 0 only; 6 turns when solved; forgetting: 1/2 at best
     "tmaze": dict(_BLIND, env="gridworld", env_kwargs={"size": 5, "layout": "tmaze"}, think_max=2, bc_steps=60),
@@ -41,6 +43,10 @@ WARMSTARTS = {
     # Copying a shifted plan takes longer to clone: seed 0 at 60 steps still had loss 0.58 and success 0.008
     "plan_chain": dict(_BLIND, env="bandit_chain", env_kwargs={"stages": 4, "arms": 4, "on_wrong": "end",
                                                                  "show_layout": True}, think_max=4, bc_steps=120),
+    # long-horizon credit tasks (issue 24), the map in view: a clone of a teacher that errs 5% of the time, so each of
+    # the L turns is a decision that can be fatal and success starts near (1 - 0.05 * 3/4)^L
+    **{f"snake{n}": dict(_CREDIT, env_kwargs={"size": n, "layout": "snake"}) for n in (5, 7, 9)},
+    "fork9": dict(_CREDIT, env_kwargs={"size": 9, "layout": "fork"}),
 }
 """the lesson tasks' warm-start settings (TrainConfig fields); ``bc_steps`` is the recipe's length"""
 
@@ -72,9 +78,12 @@ def load_warmstart(name_or_path) -> dict:
 
 
 def check_matches(ck: dict, cfg) -> None:
-    """ValueError naming every ``MATCH`` field in which ``cfg`` differs from the warm start's settings."""
-    bad = [f"{k}={getattr(cfg, k)!r} (warm start: {ck['settings'].get(k)!r})" for k in MATCH
-           if getattr(cfg, k) != ck["settings"].get(k)]
+    """ValueError naming every ``MATCH`` field in which ``cfg`` differs from the warm start's settings (a field the
+    recipe leaves out is the TrainConfig default)."""
+    import dataclasses
+    default = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
+    want = {k: ck["settings"].get(k, default.get(k)) for k in MATCH}
+    bad = [f"{k}={getattr(cfg, k)!r} (warm start: {want[k]!r})" for k in MATCH if getattr(cfg, k) != want[k]]
     if bad:
         raise ValueError(f"init: warm start {ck.get('name')!r} was made for other settings: {'; '.join(bad)}")
 

@@ -1,6 +1,6 @@
 """The Echo Trap where reasoning matters: a blind T-maze, a shipped warm start, and the momentum trap.
 
-Notebook 02's second half. The task (``toyrl.envs.gridworld.tmaze_map``) shows the goal's side at turn 0 only; a
+Notebook 02's second half. The task (``toyrl.envs.layouts.tmaze_map``) shows the goal's side at turn 0 only; a
 blind context (``context="blind"``) lets later turns read only their own last turn, so the side survives only in
 the reasoning tokens each turn rewrites. Three pure functions feed the notebook's cells and its widget:
 

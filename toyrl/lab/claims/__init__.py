@@ -16,7 +16,8 @@ the shipped ledger (``data/claims/``) and the README claims table (between ``<!-
 and ``<!-- claims:end -->``, regenerated from every claim file present by ``write_readme``) are
 replaced only by ``toyrl reproduce --update-shipped``. Verdicts are computed, never edited.
 
-Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability`` and ``credit`` (the claims),
+Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability``, ``credit``, ``echo``, ``offpolicy``,
+``engine`` and ``horizon`` (the claims),
 ``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict), ``report`` (JSON,
 series, figures, README). Runs go through ``toyrl.lab.parallel.iter_tasks`` (a spawn pool or Ray).
 """
@@ -32,6 +33,7 @@ from . import report
 from .credit import CREDIT_CLAIMS
 from .echo import ECHO_CLAIMS
 from .engine import ENGINE_CLAIMS
+from .horizon import HORIZON_CLAIMS
 from .offpolicy import OFFPOLICY_CLAIMS
 from ..parallel import iter_tasks
 from ..results import REPO, out_dir as results_dir, shipped_dir
@@ -43,7 +45,8 @@ from .stats import VERDICT_RULE, _r, classify, holm, paired_effect, summary, ver
 __all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "redraw", "write_readme", "REPO",
            "SHIPPED_DIR"]
 
-CLAIMS = {c.name: c for c in STABILITY_CLAIMS + ECHO_CLAIMS + OFFPOLICY_CLAIMS + ENGINE_CLAIMS + CREDIT_CLAIMS}
+CLAIMS = {c.name: c for c in STABILITY_CLAIMS + ECHO_CLAIMS + OFFPOLICY_CLAIMS + ENGINE_CLAIMS + CREDIT_CLAIMS
+                                + HORIZON_CLAIMS}
 """name -> Claim, in ledger order"""
 SHIPPED_DIR = shipped_dir("claims")
 """the shipped ledger, data/claims of the checkout (``REPO``, where README.md lives too)"""
