@@ -61,6 +61,7 @@ def test_trajectory_token_kinds_follow_the_episode(env, policy):
 def test_trajectory_settings_name_the_data():
     assert setting.env_setting(make_core("gridworld", 1, map_name="4x4")) == "GridWorld 4x4"
     assert setting.env_setting(make_core("gridworld", 1, size=5, slip=0.2)) == "GridWorld 5x5, random maps, slip 0.2"
+    assert setting.env_setting(make_core("gridworld", 1, size=7, layout="snake")) == "GridWorld 7x7, snake maps"
     assert setting.env_setting(make_core("mock_search", 1, hops=(1, 2))) == "MockSearch 1/2-hop"
     assert setting.env_setting(make_core("bandit_chain", 1, stages=3, arms=3)) == "BanditChain 3 stages x 3 arms"
     ro, core, _ = trajectory.sample_rollout("gridworld", n=4, seed=0)

@@ -24,9 +24,10 @@ from ..lab.claims.spec import final
 from ..lab.results import REPO
 from ..train import TrainConfig, train
 from .engine import plot_engine_runs
+from .plots import heatmap, new_figure
 
-__all__ = ["SETTING", "TASK_LABELS", "horizon_config", "train_arms", "turn_contrast", "ledger_series", "gap_table",
-           "plot_horizon", "horizon_panel", "chain_table"]
+__all__ = ["SETTING", "TASK_LABELS", "horizon_config", "train_arms", "turn_contrast", "plot_blame", "ledger_series",
+           "gap_table", "plot_horizon", "horizon_panel", "chain_table"]
 
 SETTING = "snake from its warm start (5% teacher noise), P=8 x G=8, lr 1e-3"
 TASK_LABELS = {t: (f"fork 9x9 ({TURNS[t]} turns)" if t == "fork" else f"snake {t[1]}x{t[1]} ({TURNS[t]} turns)")
@@ -64,6 +65,24 @@ def turn_contrast(batch, adv: torch.Tensor, max_turns: Optional[int] = None) -> 
         k = int(n[i])
         vals.append(float(adv[i, k - 1] - adv[i, :k - 1].mean()))
     return {"episodes": len(vals), "contrast": float(np.mean(vals)) if vals else float("nan"), "per_episode": vals}
+
+
+def plot_blame(batch, advs: dict, *, episodes: int = 16, title: str = ""):
+    """The turn advantages ({estimator: (B, H)}) of the first ``episodes`` failed episodes of one batch, side by side
+    on one colour scale (red credit, blue blame) with one colour bar; the fatal turn is each column's last cell.
+    Returns the Figure."""
+    failed = torch.nonzero(batch.outcome() <= 0).flatten()[:episodes]
+    if len(failed) == 0:
+        raise ValueError("the batch holds no failed episode")
+    mask = batch.turn_mask[failed]
+    vmax = max(float(a[failed][mask].abs().max()) for a in advs.values()) or 1.0
+    fig, axes = new_figure(1, len(advs), width=4.2, height=3.2, layout="constrained")
+    for ax, (name, a) in zip(axes[0], advs.items()):
+        im = heatmap(ax, a[failed], mask, vmax=vmax, colorbar=False, xlabel="failed episode", ylabel="turn",
+                     title=f"{name}: turn advantages")
+    fig.colorbar(im, ax=list(axes[0]), fraction=0.03, pad=0.02, label="advantage (shared scale)")
+    fig.suptitle(title, fontsize=10)
+    return fig
 
 
 def ledger_series(name: str = "gigpo_horizon", heldout: bool = False) -> dict:

@@ -21,11 +21,12 @@ __all__ = ["env_setting", "rollout_setting", "run_setting"]
 def env_setting(core) -> str:
     """The env a figure names, read from the core's own settings.
 
-    Example: GridWorld on map "4x4" -> "GridWorld 4x4"; MockSearch with hops (1, 2) -> "MockSearch 1/2-hop";
+    Example: GridWorld on map "4x4" -> "GridWorld 4x4"; on layout "snake" of size 7 -> "GridWorld 7x7, snake maps"; MockSearch with hops (1, 2) -> "MockSearch 1/2-hop";
     BanditChain with 3 stages of 3 arms -> "BanditChain 3 stages x 3 arms".
     """
     if isinstance(core, GridCore):
-        where = core.map_name or f"{core.size}x{core.size}, random maps"
+        layout = getattr(core, "layout", "random")
+        where = core.map_name or f"{core.size}x{core.size}, " + ("random maps" if layout == "random" else f"{layout} maps")
         return f"GridWorld {where}" + (f", slip {core.slip:g}" if core.slip else "")
     if isinstance(core, SearchCore):
         return f"MockSearch {'/'.join(map(str, core.hops))}-hop"

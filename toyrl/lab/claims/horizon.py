@@ -45,7 +45,9 @@ def steps_to_halve(success, w: int = 5) -> float:
     Example: [0.5, 0.6, 0.8, 0.9], w 1 -> level 0.75 -> 2; [0.5, 0.5] -> 2."""
     x = np.nan_to_num(np.asarray(success, float))
     level = 1.0 - (1.0 - x[0]) / 2.0
-    hit = np.flatnonzero(smooth(x, w) >= level - 1e-12)
+    # success rates are multiples of 1/B, so a smoothed mean and the level differ by a multiple of 1/(2 w B) or tie;
+    # the tolerance counts a tie as reached also in a stored series rounded to 5 significant digits
+    hit = np.flatnonzero(smooth(x, w) >= level - 1e-4)
     return float(hit[0]) if hit.size else float(len(x))
 
 
