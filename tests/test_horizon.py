@@ -1,6 +1,8 @@
 """The long-horizon credit claims and notebook 13's functions (issue 24): steps_to_halve and turn_contrast by hand,
 a trajectory advantage's zero contrast against GiGPO's on a real snake batch, the warm starts the claims load, and
 gap_table on made-up series."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,8 @@ from toyrl.lab.claims.horizon import HORIZON_CLAIMS, TASKS, steps_to_halve
 from toyrl.lab.claims.spec import run_job
 from toyrl.train import Trainer
 from toyrl.train.warmstart import WARMSTARTS, load_warmstart
-from toyrl.viz.horizon import gap_table, horizon_config, turn_contrast
+from toyrl.lab.results import REPO
+from toyrl.viz.horizon import arm_table, gap_table, horizon_config, ledger_series, turn_contrast
 
 
 def test_steps_to_halve_by_hand():
@@ -78,3 +81,15 @@ def test_gap_table_on_made_up_series():
     assert list(g) == ["s5"] and g["s5"]["seeds"] == 2
     assert g["s5"]["gap"][0] == pytest.approx(0.4) and g["s5"]["gap"][1] < 0    # higher, and sooner
     assert set(TASKS) == {"s5", "s7", "s9", "fork"}
+
+
+def test_arm_table_gives_the_ledgers_own_arm_means():
+    record = json.loads((REPO / "data" / "claims" / "turn_critic.json").read_text())
+    t = arm_table("turn_critic", ledger_series("turn_critic"), ("final_success", "steps_to_halve"))
+    assert set(t) == set(record["result"]["arms"])
+    for arm, (fin, steps) in t.items():
+        m = record["result"]["arms"][arm]
+        assert fin == pytest.approx(m["final_success"]["mean"], abs=1e-4)
+        assert steps == pytest.approx(m["steps_to_halve"]["mean"], abs=1e-4)
+    with pytest.raises(ValueError, match="name"):
+        arm_table("no_such_claim", {})

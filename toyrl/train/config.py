@@ -59,7 +59,9 @@ class TrainConfig:
     estimator_kwargs: dict = field(default_factory=dict)
     """its keyword hyperparameters (e.g. {"gamma": 0.95, "omega": 1.0})"""
     clip: str = "ppo"
-    """clipping scheme, a name of toyrl.objectives.CLIP_SCHEMES"""
+    """clipping scheme, a name of toyrl.objectives.CLIP_SCHEMES. With ppo_epochs = minibatches = 1 and the trainer as
+    its own engine every ratio is exactly 1, so a scheme acts only through how it weights tokens: turn_ppo's updates
+    equal ppo's there (the ledger's turn_critic)"""
     clip_kwargs: dict = field(default_factory=dict)
     """its keyword hyperparameters (e.g. {"eps_high": 0.28})"""
     ratio: Optional[str] = None

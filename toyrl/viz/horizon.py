@@ -8,6 +8,7 @@ The functions the lesson's cells and its widget call, each pure over its inputs:
     series = ledger_series("gigpo_horizon")           # the ledger's stored runs (no training)
     gap_table(series)                                 # per task: final success and steps to halve, per arm
     horizon_panel("s7", series)                       # the widget: GRPO vs GiGPO at one horizon
+    arm_table("turn_critic", series)                  # any claim: per arm, the seed-mean of its metrics
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .engine import plot_engine_runs
 from .plots import heatmap, new_figure
 
 __all__ = ["SETTING", "TASK_LABELS", "horizon_config", "train_arms", "turn_contrast", "plot_blame", "ledger_series",
-           "gap_table", "plot_horizon", "horizon_panel", "chain_table"]
+           "gap_table", "plot_horizon", "horizon_panel", "arm_table"]
 
 SETTING = "snake from its warm start (5% teacher noise), P=8 x G=8, lr 1e-3"
 TASK_LABELS = {t: (f"fork 9x9 ({TURNS[t]} turns)" if t == "fork" else f"snake {t[1]}x{t[1]} ({TURNS[t]} turns)")
@@ -133,8 +134,12 @@ def horizon_panel(task: str = "s9", series: Optional[dict] = None):
     return g
 
 
-def chain_table(series: dict) -> dict:
-    """dense_farmable's stored runs -> {arm: (mean final success, mean success AUC)}."""
-    c = CLAIMS["dense_farmable"]
-    return {arm: tuple(np.mean([c.metrics(s)[k] for s in runs.values()]) for k in ("final_success", "auc_success"))
+def arm_table(name: str, series: dict, keys: Sequence[str] = ("final_success", "auc_success")) -> dict:
+    """A ledger claim's stored runs -> {arm: tuple of the seed-mean of each metric in ``keys``}, each metric
+    computed per seed by the claim's own ``metrics`` (so the numbers are the ledger's), e.g.
+    ``arm_table("turn_critic", series, ("final_success", "steps_to_halve"))["grpo"] -> (0.791, 26.0)``."""
+    if name not in CLAIMS:
+        raise ValueError(f"name must be a ledger claim, got {name!r}")
+    c = CLAIMS[name]
+    return {arm: tuple(float(np.mean([c.metrics(s)[k] for s in runs.values()])) for k in keys)
             for arm, runs in series.items()}
