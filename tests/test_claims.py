@@ -215,7 +215,7 @@ def replay(name, stop_after=None):
         i = rec["seeds"].index(seed)
         metrics = {k: float("nan") if v["per_seed"][i] is None else v["per_seed"][i]
                    for k, v in rec["result"]["arms"][arm].items()}
-        return job, {"metrics": metrics, "series": series[arm][seed]}
+        return {"metrics": metrics, "series": series[arm][seed]}
     return execute, done
 
 
@@ -239,7 +239,8 @@ def test_reproduce_writes_under_the_cwd_or_out_dir_never_the_shipped_ledger(tmp_
     rec = json.loads((out / "env_mask.json").read_text())
     assert rec["seeds"] == [0, 1, 2] and rec["verdict"] in VERDICTS and "result" in rec
     assert (out / "env_mask.png").stat().st_size > 1000 and load_series(out / "env_mask.series.json.gz")
-    assert sorted(p.name for p in out.iterdir()) == ["env_mask.json", "env_mask.png", "env_mask.series.json.gz"]
+    assert sorted(p.name for p in out.iterdir()) == [".runcache", "env_mask.json", "env_mask.png",
+                                                     "env_mask.series.json.gz"]
     assert main([*argv, "--out-dir", "mine"]) == 0
     assert json.loads((tmp_path / "mine" / "env_mask.json").read_text())["result"] == rec["result"]
     assert main(["reproduce", "env_mask", "--redraw", "--out", "figs"]) == 0      # from the shipped record
@@ -260,17 +261,18 @@ def test_interrupted_reproduce_keeps_the_previous_record(tmp_path, monkeypatch):
     argv = ["reproduce", "env_mask", "--seeds", "3", "--workers", "1", "--no-progress", "--out-dir", str(out)]
     monkeypatch.setattr(ledger, "_execute", replay("env_mask")[0])
     assert main(argv) == 0
-    previous = {p.name: p.read_bytes() for p in out.iterdir()}
+    previous = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}    # .runcache/: the runs kept
     execute, done = replay("env_mask", stop_after=5)
     monkeypatch.setattr(ledger, "_execute", execute)
-    assert main([*argv[:3], "5", *argv[4:]]) == 130 and len(done) == 5            # 5 of 2 arms x 5 seeds ran
-    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "env_mask.pending.json"} == previous
+    assert main([*argv[:3], "5", *argv[4:], "--fresh"]) == 130 and len(done) == 5  # 5 of 2 arms x 5 seeds ran
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "env_mask.pending.json"} \
+        == previous
     pending = json.loads((out / "env_mask.pending.json").read_text())
     assert pending["verdict"] == "pending" and pending["seeds"] == [0, 1, 2, 3, 4] and "result" not in pending
     monkeypatch.setattr(ledger, "_execute", replay("env_mask")[0])
     assert main([*argv[:3], "5", *argv[4:]]) == 0                                  # a finished run replaces it all
     assert json.loads((out / "env_mask.json").read_text())["seeds"] == [0, 1, 2, 3, 4]
-    assert sorted(p.name for p in out.iterdir()) == sorted(previous)
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == sorted(previous)
 
 
 def test_update_shipped_targets_the_ledger_and_its_readme_table(tmp_path, monkeypatch):

@@ -235,6 +235,6 @@ def test_ctrl_c_is_one_line_exit_130(capsys, tmp_path, monkeypatch):
     def stop(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("toyrl.lab.parallel.run_tasks", stop)
+    monkeypatch.setattr("toyrl.lab.runcache.iter_tasks", stop)        # where a sweep's runs go (the run cache)
     assert main(["sweep", "--steps", "1", "--seed", "0", "--workers", "1", "--out-dir", str(tmp_path / "sw")]) == 130
     assert capsys.readouterr().err.strip().splitlines() == ["toyrl: interrupted"]

@@ -29,7 +29,8 @@ def test_rollout_views_agree(env, policy):
         assert len(table) == int(b.turn_mask[row].sum())
         kinds = view["kind"]
         assert set(np.unique(kinds)) <= set(range(1, len(plots.KINDS)))
-        assert (kinds[view["policy_mask"]] >= 2).all() and (kinds[view["policy_mask"]] <= 4).all()
+        policy_kinds = {plots.KINDS.index(k) for k in ("think", "action", "void", "end")}
+        assert set(np.unique(kinds[view["policy_mask"]])) <= policy_kinds
         texts = trajectory.episode_texts(env, ro.tasks[row], trajectory.turn_actions(ro, row))
         assert 1 <= len(texts) <= len(table) + 1 and all(isinstance(t, str) and t for t in texts)
 
@@ -37,8 +38,9 @@ def test_rollout_views_agree(env, policy):
 @pytest.mark.parametrize("env", ["gridworld", "mock_search"])
 @pytest.mark.parametrize("policy", ["tiny", "expert"])
 def test_trajectory_token_kinds_follow_the_episode(env, policy):
-    """Prompt, then per turn the policy side (END, written by the grammar, is ``think``; a void turn is all
-    ``void``) and the env's observation: the kinds spell each episode, whatever the policy mask says."""
+    """Prompt, then per turn the policy side (END, sampled or written by the grammar, is its own kind ``end``,
+    not ``think``; a void turn is all ``void``) and the env's observation: the kinds spell each episode,
+    whatever the policy mask says."""
     K = {k: i for i, k in enumerate(plots.KINDS)}
     for seed in (0, 5):
         ro, core, codec = trajectory.sample_rollout(env, n=4, seed=seed, policy=policy)
@@ -53,7 +55,9 @@ def test_trajectory_token_kinds_follow_the_episode(env, policy):
                 assert (kinds[t + len(turn.gen):t + len(turn.gen) + len(turn.obs)] == K["obs"]).all()
                 for j, tok in enumerate(turn.gen):
                     if tok == codec.END:
-                        assert labels[t + j] == "END" and (turn.void or gen[j] == K["think"])
+                        assert labels[t + j] == "END" and (turn.void or gen[j] == K["end"])
+                    elif codec.think0 <= tok < codec.act0 and not turn.void:
+                        assert gen[j] == K["think"]
                 t += len(turn.gen) + len(turn.obs)
             assert t == len(kinds)
 

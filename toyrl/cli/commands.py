@@ -1,5 +1,5 @@
 """The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | plot | compare |
-precompute | warmstart | pretrain | bench``.
+export | precompute | warmstart | doctor | pretrain | bench``.
 
 Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
 ``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cli.trainflags``): one flag per
@@ -27,9 +27,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from .args import AtLeast, UsageError, choose, values
-from .results import add_backend_flags, add_precompute, add_reproduce, add_scorecard, add_warmstart
+from .results import add_backend_flags, add_precompute, add_reproduce, add_resume_flag, add_scorecard, add_warmstart
 from ..envs import ENVS
 from .runplot import add_run_commands
+from .doctor import add_doctor
+from .export import add_export
 
 BENCHES = {"envs": "toyrl.lab.bench.envs", "credit": "toyrl.lab.bench.credit", "train": "toyrl.lab.bench.train"}
 TRAINFLAGS = ("ALIASES", "REGISTRIES", "TRAIN_SYNTAX", "SWEEP_SYNTAX", "add_train_flags", "checked_trainer",
@@ -74,13 +76,26 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _sweep_one(job):
+def _sweep_one(job) -> dict:
+    """One sweep run (a worker entry point): job = (config, log path) -> {"summary", "steps", "time_s", "log"},
+    ``log`` the text of the run log it wrote (kept in the run cache, so a reused run restores its file)."""
+    import time
     import torch
     torch.set_num_threads(1)
     from ..train import train
     cfg, path = job
+    t0 = time.perf_counter()
     log = train(cfg, path)
-    return path, summarize(log.rows)
+    return {"summary": summarize(log.rows), "steps": len(log.rows), "time_s": time.perf_counter() - t0,
+            "log": Path(path).read_text()}
+
+
+def sweep_line(k: int, n: int, path, res: dict, reused: bool) -> str:
+    """The line a finished sweep run prints: "[2/4] NAME.jsonl  2 steps  1.3 s  reward=... (reused)"."""
+    s = res["summary"]
+    return (f"[{k}/{n}] {Path(path).name:60s} {res['steps']:4d} steps {res['time_s']:7.1f} s  "
+            f"reward={s['reward_mean']:.3f} success={s['success_rate']:.3f} std={s['reward_std']:.3f}"
+            + ("  (reused)" if reused else ""))
 
 
 def run_name(cfg, swept) -> str:
@@ -109,13 +124,21 @@ def cmd_sweep(args) -> int:
         if key not in checked:                                # not depend on the seed: one Trainer per config
             checked.add(key)
             checked_trainer(cfg)
-    print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/")
-    from ..lab.parallel import run_tasks
-    results = run_tasks(_sweep_one, jobs, workers=args.workers, backend=args.backend, address=args.ray_address,
-                        progress=sys.stderr.isatty(), desc="sweep")
-    for path, s in results:
-        print(f"{Path(path).name:60s} reward={s['reward_mean']:.3f} success={s['success_rate']:.3f} "
-              f"std={s['reward_std']:.3f}")
+    from ..lab.results import atomic_write
+    from ..lab.runcache import CACHE_DIR, RunCache
+    cache = RunCache(out_dir / CACHE_DIR, fresh=args.fresh)     # each finished run is kept: a rerun resumes
+    specs = [{"job": "sweep", "config": asdict(cfg)} for cfg, _ in jobs]
+    n_reused = len(cache.reusable(specs))
+    print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/"
+          + (f"; {cache.describe(n_reused, len(jobs))}" if n_reused else ""), flush=True)
+    runs = cache.run(_sweep_one, jobs, specs, workers=args.workers, backend=args.backend, address=args.ray_address,
+                     progress=False, desc="sweep")
+    for k, (i, res, reused) in enumerate(runs, 1):
+        path = Path(jobs[i][1])
+        if reused and (not path.is_file() or path.read_text() != res["log"]):
+            atomic_write(path, res["log"].encode())                  # the reused run's log, as it was written
+        print(sweep_line(k, len(jobs), path, res, reused), flush=True)
+    cache.prune()
     return 0
 
 
@@ -189,6 +212,7 @@ def build_sweep(s: argparse.ArgumentParser) -> None:
     add_train_flags(s, multi=True)
     s.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
     s.add_argument("--out-dir", default="runs")
+    add_resume_flag(s)
     add_backend_flags(s)
 
 
@@ -216,8 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(func=cmd_demos)
     add_reproduce(sub)
     add_run_commands(sub)                                  # plot, compare (toyrl.cli.runplot)
+    add_export(sub)                                        # toyrl.cli.export
+    importlib.import_module(".grade", __package__).add_grade(sub)   # toyrl grade (toyrl.cli.grade)
     add_precompute(sub)
     add_warmstart(sub)
+    add_doctor(sub)                                        # toyrl.cli.doctor
     pt = sub.add_parser("pretrain", help="behaviour-clone TinyLM on data/demos/ -> data/checkpoints/tinylm.pt")
     pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain --help)")
     pt.set_defaults(func=cmd_pretrain)

@@ -11,7 +11,10 @@ usage error before any work):
     toyrl precompute void --out-dir mine                        # -> mine/void/filter.json
 
 A claim's, a card's or a run's files are written whole once its runs are done (``toyrl.lab.results.atomic_write``),
-so Ctrl-C leaves the previous ones as they were. Heavy modules are imported inside the commands.
+so Ctrl-C leaves the previous ones as they were. ``reproduce`` and ``scorecard`` (and ``sweep``) also keep each
+finished run in ``<out dir>/.runcache/`` (``toyrl.lab.runcache``): rerun after a kill with the same arguments, they
+reuse those runs and compute the rest; ``--fresh`` (alias ``--no-resume``) recomputes everything. Heavy modules are
+imported inside the commands.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from pathlib import Path
 
 from .args import AtLeast, UsageError, choose
 
-__all__ = ["PRECOMPUTE", "add_out_flags", "results_out", "add_backend_flags", "add_scorecard", "add_reproduce",
+__all__ = ["PRECOMPUTE", "add_out_flags", "results_out", "add_backend_flags", "add_resume_flag", "add_scorecard",
+           "add_reproduce",
            "add_precompute", "cmd_scorecard", "cmd_reproduce", "cmd_precompute"]
 
 PRECOMPUTE = {"echo_trap": "toyrl.viz.echo", "void": "toyrl.viz.void", "context": "toyrl.viz.context",
@@ -59,6 +63,13 @@ def add_backend_flags(p: argparse.ArgumentParser) -> None:
                    help="address of an existing Ray cluster (e.g. auto, ray://host:10001); default: a local instance")
 
 
+def add_resume_flag(p: argparse.ArgumentParser) -> None:
+    """--fresh (alias --no-resume): recompute every run instead of reusing those in the out dir's run cache."""
+    p.add_argument("--fresh", "--no-resume", dest="fresh", action="store_true",
+                   help="recompute every run; by default runs finished before (kept in OUT/.runcache/, same config "
+                        "and code) are reused, so a killed job resumes")
+
+
 def cmd_scorecard(args) -> int:
     from ..lab.scorecard import SETTINGS, run_scorecard
     choose("scorecard env", args.env, SETTINGS)
@@ -68,12 +79,14 @@ def cmd_scorecard(args) -> int:
           f"worker(s), backend {args.backend} -> {out}/", flush=True)
     rec = run_scorecard(seeds=seeds, quick=args.quick, env=args.env, out_dir=out, workers=args.workers,
                         backend=args.backend, address=args.ray_address, cells=args.cells, steps=args.steps,
-                        progress=sys.stderr.isatty())
+                        progress=sys.stderr.isatty(), fresh=args.fresh)
     for c in rec["cells"]:
         cr, fs = c["collapse_rate"], c["final_success"]
         print(f"{c['name']:42s} collapse {cr['mean']:.2f} [{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]  final success "
               f"{fs['mean']:.2f} [{fs['ci95'][0]:.2f}, {fs['ci95'][1]:.2f}]  {c['regime']}")
-    print(f"scorecard: done in {rec['run_time_s']:.0f} s -> {out}/scorecard.json, {out}/scorecard.png")
+    reused = rec["meta"].get("runs_reused", 0)
+    print(f"scorecard: done in {rec['run_time_s']:.0f} s" + (f" ({reused} runs reused)" if reused else "")
+          + f" -> {out}/scorecard.json, {out}/scorecard.png")
     return 0
 
 
@@ -89,6 +102,7 @@ def add_scorecard(sub) -> None:
     sc.add_argument("--steps", action=AtLeast, default=None, help="RL steps per run (default 50, 40 under --quick)")
     sc.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
     add_out_flags(sc, "scorecard", "scorecard.json / runs.json / scorecard.png")
+    add_resume_flag(sc)
     add_backend_flags(sc)
     sc.set_defaults(func=cmd_scorecard)
 
@@ -103,7 +117,7 @@ def cmd_reproduce(args) -> int:
         return 0
     code = run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
                       workers=args.workers, out_dir=out, progress=not args.no_progress, backend=args.backend,
-                      address=args.ray_address)
+                      address=args.ray_address, fresh=args.fresh)
     if code == 0 and args.update_shipped and not args.no_readme:
         write_readme()                                     # the shipped table: data/claims (+ heldout/)
     return code
@@ -131,6 +145,7 @@ def add_reproduce(sub) -> None:
     r.add_argument("--no-readme", action="store_true",
                    help="with --update-shipped: do not regenerate the README claims table")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_resume_flag(r)
     r.add_argument("--redraw", action="store_true", help="redraw the figures from the stored series (no runs) "
                    "into the out dir, from its records or else the shipped ones")
     add_backend_flags(r)

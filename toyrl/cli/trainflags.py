@@ -23,6 +23,7 @@ from ..rollout.engine import CONTEXTS
 from ..rollout.engines import ENGINES
 from ..objectives.rollout_correction import CORRECTIONS
 from ..train import TrainConfig
+from ..train.trackers import LOGGERS
 from ..rollout.tree import STRATEGIES
 
 __all__ = ["ALIASES", "REGISTRIES", "TRAIN_SYNTAX", "SWEEP_SYNTAX", "add_train_flags", "configs_from",
@@ -47,7 +48,8 @@ REGISTRIES = {
     "agg": ("aggregation", AGGREGATIONS), "kl": ("KL estimator", KL_ESTIMATORS), "filters": ("filter", FILTERS),
     "filter_kwargs": ("filter", FILTERS), "context": ("context policy", CONTEXTS),
     "rollout": ("rollout", ("independent",) + STRATEGIES), "autocast": ("autocast", ("bf16", "fp16")),
-    "engine": ("rollout engine", ENGINES), "correction": ("rollout correction", CORRECTIONS)}
+    "engine": ("rollout engine", ENGINES), "correction": ("rollout correction", CORRECTIONS),
+    "logger": ("logger", LOGGERS)}
 """field -> (what its values name, the registry[, is_valid]): the one source of the valid names of a flag (their
 help lists them); autocast has no registry yet: the names policies.factory takes"""
 

@@ -12,7 +12,9 @@ callers that write files as they go.
 
 Backends:
 - ``process`` (default): ``workers <= 1`` runs in this process, in order; otherwise a ``spawn``
-  multiprocessing pool (a fresh interpreter per worker, no forked torch state).
+  multiprocessing pool (a fresh interpreter per worker, no forked torch state). Once every job is done the
+  pool is closed and joined, so each worker exits on its own and releases what it holds (terminating busy
+  workers is for an early stop only: a killed worker leaves its semaphores to the "leaked semaphore" warning).
 - ``ray``: each job is a Ray task asking for one CPU (Ray sets OMP_NUM_THREADS=1 in its workers).
   ``address=None`` starts a local instance with ``workers`` CPUs (shut down afterwards) unless one is
   already running in this process (then it is used and left running); an address (``"auto"``,
@@ -39,9 +41,12 @@ def _indexed(task: tuple):
     return i, fn(job)
 
 
-def _bar(total: int, progress: bool, desc: str):
+def _bar(total: int, progress: bool, desc: str, reused: int = 0):
+    """A tqdm bar over ``total`` new jobs plus ``reused`` ones already done (counted from the start, named in the
+    description: "reproduce (12 reused)")."""
     from tqdm.auto import tqdm
-    return tqdm(total=total, disable=not progress, desc=desc, smoothing=0.1)
+    return tqdm(total=total + reused, initial=reused, disable=not progress, smoothing=0.1,
+                desc=f"{desc} ({reused} reused)" if reused else desc)
 
 
 def _init_worker() -> None:
@@ -63,6 +68,8 @@ def _process(fn, jobs, workers: int):
     import multiprocessing as mp
     with mp.get_context("spawn").Pool(min(workers, len(tasks)), initializer=_init_worker) as pool:
         yield from pool.imap_unordered(_indexed, tasks)
+        pool.close()             # all done: the workers exit on their own, running their exit handlers (a worker
+        pool.join()              # killed by terminate() leaves its semaphores, e.g. tqdm's lock, to the tracker)
 
 
 def _ray(fn, jobs, workers: int, address: Optional[str]):
@@ -87,16 +94,17 @@ def _ray(fn, jobs, workers: int, address: Optional[str]):
 
 
 def iter_tasks(fn: Callable, jobs: Sequence, *, workers: int = 1, backend: str = "process", progress: bool = True,
-               address: Optional[str] = None, desc: str = "runs") -> Iterator:
+               address: Optional[str] = None, desc: str = "runs", reused: int = 0) -> Iterator:
     """Yield ``(i, fn(jobs[i]))`` as each job finishes (completion order), with a tqdm bar; the
-    arguments are those of ``run_tasks``. Stopping early shuts the pool (or a local Ray) down."""
+    arguments are those of ``run_tasks``, and ``reused``: runs done before (a run cache's), which the bar counts
+    as done and names. Stopping early shuts the pool (or a local Ray) down; finishing closes and joins it."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
     if address is not None and backend != "ray":
         raise ValueError("address (a Ray cluster) needs backend='ray'")
     jobs = list(jobs)
     it = _process(fn, jobs, workers) if backend == "process" else _ray(fn, jobs, workers, address)
-    with _bar(len(jobs), progress, desc) as bar:
+    with _bar(len(jobs), progress, desc, reused) as bar:
         for item in it:
             bar.update(1)
             yield item

@@ -24,6 +24,7 @@ from ..objectives import CLIP_SCHEMES
 from .build import check_policy_name
 from ..policies.toy import PRESETS
 from .kwargs import KWARG_RANGES, _is_number, _kind, check_kwargs, in_interval, keywords
+from .trackers import check_logger
 from .warmstart import WARMSTARTS, warmstart_path
 from ..rollout.engine import CONTEXTS
 from ..rollout.engines import ENGINES, check_engine
@@ -186,6 +187,12 @@ class TrainConfig:
     """seed of tasks, sampling and initialization"""
     device: str = "cpu"
     """torch device (cuda works unchanged)"""
+    logger: str = "none"
+    """a run tracker that gets every run-log row as it is written, the config as its hyperparameters: none |
+    tensorboard | wandb | trackio (each an extra: pip install 'toyrl[tensorboard]'); the JSON-lines log stays the
+    record; see toyrl.train.trackers"""
+    logger_dir: Optional[str] = None
+    """the folder the tracker writes to (None: beside the run log, <its folder>/<logger>; runs/<logger> without one)"""
     progress: Optional[bool] = None
     """tqdm progress bar (None: only when stderr is a terminal)"""
 
@@ -224,6 +231,9 @@ class TrainConfig:
         if (self.tti_delta or self.think_min) and self.policy not in PRESETS:
             raise ValueError("tti_delta and think_min need a toy policy preset "
                              f"({', '.join(PRESETS)}); text policies have no END token")
+        check_logger(self.logger)                              # "logger must be one of none, tensorboard, ..."
+        if self.logger_dir is not None and not isinstance(self.logger_dir, str):
+            raise ValueError(f"logger_dir must be a folder path (a string) or None, got {self.logger_dir!r}")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"autocast must be one of {', '.join(map(str, AUTOCAST))}, got {self.autocast!r}")
         self._check_engine()

@@ -16,7 +16,9 @@ torn final line. JSON has no NaN or infinity: non-finite floats are written as t
 
 ``RunLog.load(path)`` reads a log back (``.config``, ``.meta`` from the header; headerless logs load with empty
 ones); a torn final line is skipped with a warning, any other bad line raises ``ValueError`` naming ``file:line``.
-``column(key)`` is one metric as a float array; ``to_pandas()`` gives a DataFrame.
+``column(key)`` is one metric as a float array; ``to_pandas()`` gives a DataFrame. A ``tracker``
+(``toyrl.train.trackers``: TensorBoard, wandb, trackio) gets the header's config and each row as it is appended,
+so a tracker shows what the file holds.
 """
 from __future__ import annotations
 
@@ -39,14 +41,16 @@ NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": NEG_INF}
 
 class RunLog:
     """A header (``config``, ``meta``) and one row of metrics per step, appended to a JSON-lines file (flushed
-    every row) and kept in memory. ``path``: the file it is written to or was read from."""
+    every row) and kept in memory. ``path``: the file it is written to or was read from; ``tracker``: an unopened
+    ``toyrl.train.trackers`` tracker that gets the same rows, opened with the header's config at the first one."""
 
-    def __init__(self, path: Optional[str] = None, config: Optional[dict] = None):
+    def __init__(self, path: Optional[str] = None, config: Optional[dict] = None, tracker=None):
         self.rows: list[dict] = []
         self.config = config or {}
         self.meta: dict = {}
         self.path = Path(path) if path else None
-        self._f = None
+        self._f, self.tracker = None, tracker
+        self._unopened = dict(self.config) if tracker is not None else None   # the header's config, until row 1
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "w")
@@ -63,11 +67,19 @@ class RunLog:
         self.rows.append(row)
         if self._f:
             self._write(row)
+        if self.tracker is not None:
+            if self._unopened is not None:     # opened on the first row: a Trainer built only to check writes nothing
+                self.tracker.open(self._unopened)
+                self._unopened = None
+            self.tracker.log(row.get("step", len(self.rows) - 1), row)
 
     def close(self) -> None:
         if self._f:
             self._f.close()
             self._f = None
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
 
     def to_pandas(self):
         import pandas as pd

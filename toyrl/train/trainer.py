@@ -58,6 +58,7 @@ from ..rollout.mismatch import mismatch_row
 from ..objectives.rollout_correction import correction_stats, rollout_correction
 from .optim import update_norm, warmup_lr
 from .runlog import RunLog
+from .trackers import open_tracker
 from ..codecs.toy import ThinkingIntervention
 from ..rollout.tree import tree_rollout
 
@@ -122,7 +123,7 @@ class Trainer:
         if cfg.init is not None:                                 # a shipped or saved warm start (toyrl.train.warmstart)
             apply_warmstart(self, load_warmstart(cfg.init))
         self.step_idx = 0
-        self.log = RunLog(log_path, asdict(cfg))
+        self.log = RunLog(log_path, asdict(cfg), tracker=open_tracker(cfg, log_path))   # cfg.logger: a tracker too
         self.needs = {n for _, _, needs in cfg.methods() for n in needs}   # toyrl.credit.NEEDS words
         self.use_critic = cfg.critic if cfg.critic is not None else bool(self.needs & {"values", "token_values"})
         self.models = CreditModels(cfg.critic_lr, cfg.critic_gamma, cfg.env, self.env_kwargs, cfg.seed)   # lazily built

@@ -4,6 +4,7 @@ Each module serves one notebook and is imported by its full name (nothing is imp
 modules can be added without registering them):
 
 - ``toyrl.viz.plots``       shared matplotlib helpers: token colours, masked heatmaps, run-log curves
+- ``toyrl.viz.style``       figure styles: ``style="notebook"`` (default) or ``"slides"`` (large text, >= 1600 px)
 - ``toyrl.viz.trajectory``  notebook 00: a rollout turn by turn, flat vs turn view, a training log
 - ``toyrl.viz.setting``     the setting words every figure title names (env, who played, group)
 - ``toyrl.viz.credit_batch`` notebook 01's batch: a noisy expert's rollouts and what each estimator needs

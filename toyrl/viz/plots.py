@@ -5,6 +5,7 @@ state, so a widget callback is ``fig = f(**slider_values)`` and a test can call 
 
     fig = plot_log(log, ["reward_mean", "reward_std"])       # one panel per key, step on the x axis
     heatmap(ax, adv_BH, mask_BH, title="GRPO")               # turns x trajectories, symmetric colours
+    heatmap(ax, adv_BH, mask_BH, vmax=shared_vmax([a, b], mask_BH))   # compared panels: one colour scale
     ax.set_ylabel(label("success_rate"))                      # "success rate": a run-log key as an axis label
     legend(ax, twin)                                          # one entry per label; a line and its band share one
 """
@@ -16,14 +17,16 @@ from typing import Callable, Optional, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["KINDS", "KIND_COLORS", "METRIC_LABELS", "label", "legend", "new_figure", "heatmap", "plot_log", "smooth",
+from .style import figsize, font_size, subplots
+
+__all__ = ["KINDS", "KIND_COLORS", "METRIC_LABELS", "label", "legend", "new_figure", "heatmap", "shared_vmax", "plot_log", "smooth",
            "as_numpy", "log_columns", "mark_steps", "compare_runs", "bind"]
 
-#: token kinds of a flat multi-turn sequence, in the order of their integer codes
-KINDS = ("pad", "prompt", "think", "action", "void", "obs")
-#: one colour per kind: policy tokens warm (think / action / void), environment tokens cool
+#: token kinds of a flat multi-turn sequence, in the order of their integer codes ("end": END, the toy's </think>)
+KINDS = ("pad", "prompt", "think", "action", "void", "obs", "end")
+#: one colour per kind: policy tokens warm (think / end / action / void), environment tokens cool
 KIND_COLORS = {"pad": "#ffffff", "prompt": "#9e9e9e", "think": "#f4a261", "action": "#e76f51",
-               "void": "#6d214f", "obs": "#2a9d8f"}
+               "void": "#6d214f", "obs": "#2a9d8f", "end": "#ffd166"}
 
 
 #: run-log keys whose readable name is not the key with spaces (units where there are units)
@@ -69,35 +72,55 @@ def as_numpy(x) -> np.ndarray:
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 4.0, height: float = 3.0, **kw):
-    """``plt.subplots`` sized per panel; axes always returned as a 2-D array."""
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
+    """``plt.subplots`` sized per panel (times the style's scale, ``toyrl.viz.style.figsize``, at the style's
+    dpi); axes always returned as a 2-D array."""
+    fig, axes = subplots(nrows, ncols, size=figsize(width * ncols, height * nrows), squeeze=False, **kw)
     return fig, axes
 
 
+def shared_vmax(values: Sequence, mask=None) -> float:
+    """One symmetric colour scale for compared heatmaps: the largest |value| over the valid cells of every
+    (B, H) array in ``values`` (1.0 when no cell is valid or all are 0), to pass as each panel's ``vmax``.
+
+    Example: shared_vmax([[[1.0, -3.0]], [[2.0, 0.5]]]) -> 3.0.
+    """
+    best = 0.0
+    for v in values:
+        v = as_numpy(v)
+        m = np.ones_like(v, dtype=bool) if mask is None else as_numpy(mask).astype(bool)
+        if m.any():
+            best = max(best, float(np.abs(v[m]).max()))
+    return best if best > 0 else 1.0
+
+
 def heatmap(ax, values, mask=None, *, title: str = "", vmax: Optional[float] = None, cmap: str = "RdBu_r",
-            xlabel: str = "trajectory", ylabel: str = "turn", colorbar: bool = True, annotate: bool = False):
+            xlabel: str = "trajectory", ylabel: str = "turn", colorbar: bool = True, annotate: bool = False,
+            colorbar_label: str = "advantage"):
     """Draw a (B, H) array as a turn (rows) x trajectory (columns) heatmap; masked cells are blank.
 
-    Colours are symmetric around 0 (``vmax`` defaults to the largest |value|), so red = credit,
-    blue = blame. Returns the image.
+    Colours are symmetric around 0 (``vmax`` defaults to the largest |value|; panels that are compared pass
+    one ``shared_vmax``), so red = credit, blue = blame; ``colorbar`` adds a bar labelled ``colorbar_label``.
+    Text is sized by the active style (``toyrl.viz.style``). Returns the image.
     """
     v = as_numpy(values)
     m = np.ones_like(v, dtype=bool) if mask is None else as_numpy(mask).astype(bool)
     data = np.ma.masked_array(v, ~m).T                                     # (H, B)
     if vmax is None:
-        vmax = float(np.abs(v[m]).max()) if m.any() else 1.0
+        vmax = shared_vmax([v], m)
     vmax = vmax if vmax > 0 else 1.0
     im = ax.imshow(data, cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel(xlabel, fontsize=8)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.tick_params(labelsize=7)
+    ax.set_title(title, fontsize=font_size("title"))
+    ax.set_xlabel(xlabel, fontsize=font_size("label"))
+    ax.set_ylabel(ylabel, fontsize=font_size("label"))
+    ax.tick_params(labelsize=font_size("tick"))
     if annotate:
         for (h, b), val in np.ndenumerate(data.filled(np.nan)):
             if np.isfinite(val):
-                ax.text(b, h, f"{val:.1f}", ha="center", va="center", fontsize=6)
+                ax.text(b, h, f"{val:.1f}", ha="center", va="center", fontsize=font_size("note"))
     if colorbar:
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+        cbar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+        cbar.set_label(colorbar_label, fontsize=font_size("label"))
+        cbar.ax.tick_params(labelsize=font_size("tick"))
     return im
 
 
@@ -150,16 +173,16 @@ def plot_log(log, keys: Sequence[str], *, window: int = 1, ncols: int = 4, marks
         ax.plot(step, y, color="#bbbbbb", lw=0.8)
         if window > 1:
             ax.plot(step, smooth(y, window), color="#1d3557", lw=1.6)
-        ax.set_title(label(k), fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.set_ylabel(label(k), fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(label(k), fontsize=font_size("title"))
+        ax.set_xlabel("step", fontsize=font_size("label"))
+        ax.set_ylabel(label(k), fontsize=font_size("label"))
+        ax.tick_params(labelsize=font_size("tick"))
         if marks:
             mark_steps(ax, marks)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=font_size("suptitle"))
     fig.tight_layout()
     return fig
 
@@ -175,12 +198,12 @@ def compare_runs(logs: dict, keys: Sequence[str], *, title: str, labels: Optiona
     for ax, k in zip(axes.flat, keys):
         for name, log in logs.items():
             ax.plot(log_columns(log, [k])[k], label=(labels or {}).get(name, name))
-        ax.set_title(label(k), fontsize=9)
-        ax.set_xlabel("RL step", fontsize=8)
-        ax.set_ylabel(label(k), fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
+        ax.set_title(label(k), fontsize=font_size("title"))
+        ax.set_xlabel("RL step", fontsize=font_size("label"))
+        ax.set_ylabel(label(k), fontsize=font_size("label"))
+        ax.tick_params(labelsize=font_size("tick"))
+        ax.legend(fontsize=font_size("legend"))
+    fig.suptitle(title, fontsize=font_size("suptitle"))
     return fig
 
 
@@ -200,3 +223,4 @@ def bind(fn: Callable, *data, **fixed) -> partial:
     p.__signature__ = sig.replace(parameters=[q for q in sig.parameters.values()
                                               if q.name not in fixed and q.kind is not q.KEYWORD_ONLY])
     return p
+

@@ -37,7 +37,8 @@ from ..rollout.engine import Episode, play, recompute_logp, to_rollout
 from .credit_batch import noisy_expert
 from .plots import legend, new_figure
 
-__all__ = ["RATIO_ENVS", "EPS_KEYS", "scaled_clip_kwargs", "stale_setup", "ratio_stats", "compare_schemes",
+__all__ = ["RATIO_ENVS", "EPS_KEYS", "scaled_clip_kwargs", "stale_setup", "ratio_stats", "compute_ratio_stats",
+           "compare_schemes",
            "compare_masking", "setting_name", "ratio_panel", "plot_schemes"]
 
 #: small settings (MockSearch: every passage word is an observation token, as in a real tool output)
@@ -130,7 +131,26 @@ def stale_setup(env: str = "mock_search", staleness: int = 2, mask_env: bool = T
 
 def ratio_stats(env: str = "mock_search", level: str = "token", clip: str = "ppo", eps_scale: float = 1.0,
                 staleness: int = 2, mask_env: bool = True, *, seed: int = 0, per_turn_grad: bool = True) -> dict:
-    """Ratios, clipping and gradients of one stale batch under a ratio level and clip scheme.
+    """``compute_ratio_stats`` with the same arguments, cached: a widget that returns to a setting (or a
+    notebook cell that asks again) reads it back instead of recomputing the losses and the per-turn
+    gradients. Returns a fresh copy (its arrays copied), so a caller may change it."""
+    out = _cached_ratio_stats(env, level, clip, float(eps_scale), int(staleness), bool(mask_env), int(seed),
+                              bool(per_turn_grad))
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in out.items()}
+
+
+@lru_cache(maxsize=512)
+def _cached_ratio_stats(env, level, clip, eps_scale, staleness, mask_env, seed, per_turn_grad) -> dict:
+    return compute_ratio_stats(env, level, clip, eps_scale, staleness, mask_env, seed=seed,
+                               per_turn_grad=per_turn_grad)
+
+
+def compute_ratio_stats(env: str = "mock_search", level: str = "token", clip: str = "ppo", eps_scale: float = 1.0,
+                        staleness: int = 2, mask_env: bool = True, *, seed: int = 0,
+                        per_turn_grad: bool = True) -> dict:
+    """Ratios, clipping and gradients of one stale batch under a ratio level and clip scheme (uncached; the
+    stale batch and pi_k come from the cached ``stale_setup``, which no slider but staleness, env, mask and
+    seed changes).
 
     Returns numpy values: ratio (B, T) level ratio, mask (B, T) loss tokens, policy (B, T) policy
     tokens, logp_old (B, T); scalars grad_norm, env_grad_share (share of ||dL/dlogp||^2 on env

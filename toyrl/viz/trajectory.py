@@ -18,7 +18,6 @@ from functools import lru_cache
 from typing import Optional
 
 import matplotlib.patches as mpatches
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -27,12 +26,13 @@ from ..envs.core import VOID
 from ..train.build import build_policy
 from ..rollout.engine import Rollout, rollout, to_rollout
 from .credit_batch import noisy_expert, play_scripted
-from .plots import KIND_COLORS, KINDS, log_columns, new_figure, plot_log
+from .plots import KIND_COLORS, KINDS, log_columns, plot_log
 from .setting import rollout_setting, run_setting
+from .style import font_size, styled, subplots
 
 __all__ = ["sample_rollout", "token_kinds", "token_labels", "flat_view", "turns_table", "turn_actions",
            "episode_texts", "plot_flat_vs_turns", "rollout_figure", "plot_turn_strips", "plot_training", "ENV_PRESETS",
-           "EXPERT_SLIPS", "player"]
+           "EXPERT_SLIPS", "player", "LEGEND_KINDS"]
 
 #: small settings of each env for drawing (MockSearch: 1 noise sentence so a turn fits a figure)
 ENV_PRESETS = {
@@ -85,16 +85,17 @@ def player(policy: str = "tiny", seed: int = 0, temperature: float = 1.0) -> str
 
 def token_kinds(ro: Rollout, row: int) -> np.ndarray:
     """(T,) int codes into ``KINDS`` of row ``row``, read off its episode (prompt, then per turn the policy
-    side's tokens and the env's): pad, prompt, think (reasoning tokens and END, the toy's ``</think>``,
+    side's tokens and the env's): pad, prompt, think (reasoning tokens), end (END, the toy's ``</think>``,
     sampled or written by the grammar), action, void (every token of a void turn, or a token that voids
-    it), obs. Example: BOS o o | t END a | SEP o | EOT | SEP o -> 1 1 1 2 2 3 5 5 4 5 5."""
+    it), obs. Example: BOS o o | t END a | SEP o | EOT | SEP o -> 1 1 1 2 6 3 5 5 4 5 5."""
     codec, ep = ro.codec, ro.episodes[row]
     kinds = [KINDS.index("prompt")] * len(ep.prompt)
     for t in ep.turns:
         g = np.asarray(t.gen)
-        think = ((g >= codec.think0) & (g < codec.act0)) | (g == getattr(codec, "END", -1))
+        think = (g >= codec.think0) & (g < codec.act0)
         k = np.where((g >= codec.act0) & (g < codec.obs0), KINDS.index("action"), KINDS.index("void"))
         k = np.where(think, KINDS.index("think"), k)
+        k = np.where(g == getattr(codec, "END", -1), KINDS.index("end"), k)
         kinds += [KINDS.index("void")] * len(g) if t.void else k.tolist()
         kinds += [KINDS.index("obs")] * len(t.obs)
     out = np.zeros(ro.batch.T, dtype=np.int64)                               # (T,) pad
@@ -201,89 +202,133 @@ def _short(label: str) -> str:
     return label[:6]
 
 
-def _strip(ax, kinds: np.ndarray, labels: list, y: float = 0.0, fontsize: float = 6.0) -> None:
-    for x, (k, lab) in enumerate(zip(kinds, labels)):
+#: the token kinds in the legend, in reading order (the policy side's kinds together)
+LEGEND_KINDS = ("prompt", "think", "end", "action", "void", "obs")
+
+
+def _cell() -> tuple[float, float]:
+    """(width, height) in inches of one token cell in the active style: wide enough for a 6-letter label at
+    the cell font (``font_size("cell")``, 9 pt in "notebook"), so text and cells grow together."""
+    pt = font_size("cell")
+    return 5.0 * pt / 72, 3.0 * pt / 72
+
+
+def _strip(ax, kinds: np.ndarray, labels: list, y: float = 0.0, x0: int = 0) -> None:
+    """One line of token cells from column ``x0`` at height ``y``: coloured by kind, labelled at the cell font."""
+    for x, (k, lab) in enumerate(zip(kinds, labels), start=x0):
         ax.add_patch(mpatches.Rectangle((x, y), 0.95, 0.9, color=KIND_COLORS[KINDS[k]]))
         if lab:
-            ax.text(x + 0.47, y + 0.45, _short(lab), ha="center", va="center", fontsize=fontsize, clip_on=True,
-                    color="white" if KINDS[k] in ("action", "void", "obs") else "black")
+            ax.text(x + 0.47, y + 0.45, _short(lab), ha="center", va="center", fontsize=font_size("cell"),
+                    clip_on=True, color="white" if KINDS[k] in ("action", "void", "obs") else "black")
 
 
 def _kinds_legend(fig) -> None:                                              # the token colours, under the panels
-    handles = [mpatches.Patch(color=KIND_COLORS[k], label=k) for k in KINDS[1:]]
-    fig.legend(handles=handles, fontsize=7, ncol=len(handles), loc="outside lower center", title="token kind",
-               title_fontsize=7)
+    handles = [mpatches.Patch(color=KIND_COLORS[k], label=k) for k in LEGEND_KINDS]
+    fig.legend(handles=handles, fontsize=font_size("legend"), ncol=len(handles), loc="outside lower center",
+               title="token kind", title_fontsize=font_size("legend"))
 
 
+def _flat_strip(ax, kinds: np.ndarray, labels: list, tid: np.ndarray, per_line: int) -> None:
+    """The flat row on ``ax``, wrapped every ``per_line`` tokens (line i holds t = i * per_line ...), turn
+    boundaries dashed."""
+    n = len(kinds)
+    n_lines = max(1, -(-n // per_line))
+    for i in range(n_lines):
+        sl = slice(i * per_line, (i + 1) * per_line)
+        _strip(ax, kinds[sl], labels[sl], y=-i)
+    for t in np.flatnonzero(np.diff(tid) != 0) + 1:                        # a new turn starts at token t
+        i, c = divmod(int(t), per_line)
+        ax.plot([c - 0.025, c - 0.025], [-i - 0.05, -i + 0.95], color="black", ls="--", lw=font_size("cell") / 7)
+    ax.set_xlim(0, min(max(n, 1), per_line))
+    ax.set_ylim(-n_lines + 1, 1)
+    ax.set_yticks([-i + 0.45 for i in range(n_lines)])
+    ax.set_yticklabels([f"t {i * per_line}-{min((i + 1) * per_line, n) - 1}" for i in range(n_lines)],
+                       fontsize=font_size("tick"))
+    ax.set_xticks([])
+    ax.set_ylabel("positions", fontsize=font_size("label"))
+
+
+@styled
 def plot_flat_vs_turns(ro: Rollout, row: int = 0, core=None, *, max_tokens: int = 80,
-                       played_by: Optional[str] = None):
-    """Top: the flat token sequence of row ``row`` coloured by kind, turn boundaries dashed. Bottom:
-    the same tokens re-laid one turn per line (what the env saw), prompt first. The title names
-    ``rollout_setting(ro, core, played_by)`` and the row."""
+                       per_line: Optional[int] = None, played_by: Optional[str] = None):
+    """Top: the flat token sequence of row ``row`` coloured by kind (END, the toy's ``</think>``, its own
+    colour), read like text: ``per_line`` tokens a line (default: what fits 15 in, 24 in "notebook"), turn
+    boundaries dashed; the first ``max_tokens`` tokens. Bottom: the same tokens
+    re-laid one turn per line (what the env saw), prompt first; a line longer than the panel names its length.
+    The title names ``rollout_setting(ro, core, played_by)`` and the row. Token labels are at the style's
+    cell font (9 pt in "notebook"); ``style="slides"`` for a room."""
     view = flat_view(ro, row)
-    labels = [lab for lab in token_labels(ro, row, core) if lab]
+    per_line = per_line or max(8, int(15 / _cell()[0]))
+    labels = [lab for lab in token_labels(ro, row, core) if lab][:max_tokens]
     kinds, tid = view["kind"][:max_tokens], view["turn_id"][:max_tokens]
-    labels = labels[:max_tokens]
     first = min(len(ro.episodes[row].prompt), len(kinds))                   # the prompt ends where turn 0 starts
     lines = [np.arange(first)] + [np.flatnonzero((tid == k) & (np.arange(len(tid)) >= first))
                                  for k in range(int(tid.max()) + 1 if len(tid) else 0)]
-    width = max(len(kinds), 1)
-    fig, (top, bot) = plt.subplots(2, 1, figsize=(min(16, 2.5 + 0.3 * width), 2.6 + 0.3 * len(lines)),
-                                   gridspec_kw={"height_ratios": [1.2, 0.3 + 0.3 * len(lines)]}, layout="constrained")
-    _strip(top, kinds, labels)
-    for x in np.flatnonzero(np.diff(tid) != 0) + 1:
-        top.axvline(x - 0.025, color="black", ls="--", lw=0.8)
-    top.set_xlim(0, max(len(kinds), 1))
-    top.set_ylim(0, 1)
-    top.yaxis.set_visible(False)                                             # one strip: no y data
-    top.set_xlabel("token position t in the flat row (dashed: turn boundaries)", fontsize=8)
-    top.tick_params(labelsize=7)
+    cols = max(min(max(len(kinds), 1), per_line), 12)
+    (cw, ch), n_flat = _cell(), max(1, -(-len(kinds) // per_line))
+    top_h, bot_h = 0.5 + ch * n_flat, 0.5 + ch * len(lines)
+    fig, (top, bot) = subplots(2, 1, size=(1.8 + cw * cols, top_h + bot_h + 1.6),
+                               gridspec_kw={"height_ratios": [top_h, bot_h]}, layout="constrained")
+    _flat_strip(top, kinds, labels, tid, per_line)
+    shown = f", the first {len(kinds)}" if len(kinds) < len(view["tokens"]) else ""
+    top.set_xlabel(f"flat row: token position t, {per_line} a line{shown} (dashed: turn boundaries)",
+                   fontsize=font_size("label"))
     top.set_title(f"flat view: row {row}, {len(view['tokens'])} tokens "
-                  f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)", fontsize=9)
+                  f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)",
+                  fontsize=font_size("title"))
     for j, pos in enumerate(lines):
         _strip(bot, kinds[pos], [labels[p] for p in pos], y=-j)
-    bot.set_xlim(0, max(max((len(p) for p in lines), default=1), 12))
+    bot.set_xlim(0, cols)
     bot.set_ylim(-len(lines) + 1, 1)
+    names = ["prompt"] + [f"turn {k}" for k in range(len(lines) - 1)]
     bot.set_yticks([-j + 0.45 for j in range(len(lines))])
-    bot.set_yticklabels(["prompt"] + [f"turn {k}" for k in range(len(lines) - 1)], fontsize=7)
+    bot.set_yticklabels([nm + (f" ({len(p)})" if len(p) > cols else "") for nm, p in zip(names, lines)],
+                        fontsize=font_size("tick"))
     bot.set_xticks([])
-    bot.set_xlabel("token within the line", fontsize=8)
-    bot.set_ylabel("line", fontsize=8)
-    bot.set_title("turn view: the same tokens, one turn per line", fontsize=9)
+    longer = " (a longer line: its length in brackets)" if max(map(len, lines)) > cols else ""
+    bot.set_xlabel("token within the line" + longer, fontsize=font_size("label"))
+    bot.set_ylabel("line", fontsize=font_size("label"))
+    bot.set_title("turn view: the same tokens, one turn per line", fontsize=font_size("title"))
     _kinds_legend(fig)
-    fig.suptitle(f"{rollout_setting(ro, core, played_by)}: row {row}", fontsize=10, wrap=True)
+    fig.suptitle(f"{rollout_setting(ro, core, played_by)}: row {row}", fontsize=font_size("suptitle"), wrap=True)
     return fig
 
 
+@styled
 def plot_turn_strips(ro: Rollout, core=None, *, rows: Optional[list] = None, max_turns: int = 8,
-                     played_by: Optional[str] = None):
-    """One small strip per turn for several rows side by side: policy tokens vs env tokens per turn,
-    how long each turn is, and where void turns happen. The title names ``rollout_setting``."""
+                     max_tokens: int = 12, played_by: Optional[str] = None):
+    """One panel per row (two a line): one strip per turn, policy tokens vs env tokens, how long each turn
+    is (the first ``max_tokens`` shown) and where void turns happen. The title names ``rollout_setting``."""
     rows = list(range(min(ro.batch.B, 4))) if rows is None else list(rows)
-    fig, axes = new_figure(1, len(rows), width=3.2, height=2.2 + 0.35 * max_turns, sharey=True, layout="constrained")
-    for j, (ax, r) in enumerate(zip(axes[0], rows)):
+    ncols = min(2, len(rows))
+    nrows = -(-len(rows) // ncols)
+    cw, ch = _cell()
+    fig, axes = subplots(nrows, ncols, size=(ncols * (1.3 + cw * max_tokens), nrows * (0.9 + ch * max_turns) + 1.4),
+                         sharey=True, squeeze=False, layout="constrained")
+    for ax in axes.flat[len(rows):]:
+        fig.delaxes(ax)
+    for j, (ax, r) in enumerate(zip(axes.flat, rows)):
         view, labels = flat_view(ro, r), [lab for lab in token_labels(ro, r, core) if lab]
         tid, first = view["turn_id"], len(ro.episodes[r].prompt)
-        width = 1
         for k in range(min(int(tid.max()) + 1, max_turns)):
             pos = np.flatnonzero((tid == k) & (np.arange(len(tid)) >= first))
-            _strip(ax, view["kind"][pos], [labels[p] for p in pos], y=-k, fontsize=5)
-            width = max(width, len(pos))
-        ax.set_xlim(0, min(width, 14))
+            _strip(ax, view["kind"][pos], [labels[p] for p in pos], y=-k)
+        ax.set_xlim(0, max_tokens)
         ax.set_ylim(-max_turns + 1, 1)
         ax.set_yticks([-k + 0.45 for k in range(max_turns)])
-        ax.set_yticklabels([f"turn {k}" for k in range(max_turns)], fontsize=6)
-        ax.yaxis.set_visible(j == 0)                                         # shared turns: labelled once
-        ax.set_ylabel("turn", fontsize=8)
+        ax.set_yticklabels([f"turn {k}" for k in range(max_turns)], fontsize=font_size("tick"))
+        ax.yaxis.set_visible(j % ncols == 0)                                 # shared turns: labelled once a line
+        ax.set_ylabel("turn", fontsize=font_size("label"))
         ax.set_xticks([])
-        ax.set_xlabel("token within the turn", fontsize=8)
-        ax.set_title(f"row {r}: R={float(ro.batch.outcome()[r]):.0f}", fontsize=8)
+        ax.set_xlabel(f"token within the turn (first {max_tokens})", fontsize=font_size("label"))
+        ax.set_title(f"row {r}: R={float(ro.batch.outcome()[r]):.0f}", fontsize=font_size("title"))
     _kinds_legend(fig)
     fig.suptitle(f"{rollout_setting(ro, core, played_by)}: the first {max_turns} turns of rows "
-                 f"{', '.join(map(str, rows))}", fontsize=10, wrap=True)
+                 f"{', '.join(map(str, rows))}", fontsize=font_size("suptitle"), wrap=True)
     return fig
 
 
+@styled
 def rollout_figure(env: str = "gridworld", row: int = 0, seed: int = 0, policy: str = "tiny", n: int = 4):
     """The widget figure of notebook 00: ``plot_flat_vs_turns`` of one row of ``sample_rollout``, its
     title naming the env, the ``player`` and the group."""
@@ -291,6 +336,7 @@ def rollout_figure(env: str = "gridworld", row: int = 0, seed: int = 0, policy: 
     return plot_flat_vs_turns(ro, min(row, ro.batch.B - 1), core, played_by=player(policy, seed))
 
 
+@styled
 def plot_training(log, keys=("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode",
                              "void_turn_rate"), window: int = 5):
     """The curves of a training RunLog (one panel per key, grey raw, dark smoothed over ``window`` steps),

@@ -16,10 +16,16 @@ the shipped ledger (``data/claims/``) and the README claims table (between ``<!-
 and ``<!-- claims:end -->``, regenerated from every claim file present by ``write_readme``) are
 replaced only by ``toyrl reproduce --update-shipped``. Verdicts are computed, never edited.
 
+Resuming: every finished run is also kept, whole and unrounded, in ``out_dir/.runcache/``
+(``toyrl.lab.runcache``, keyed by the run's claim, arm, seed, config and the code stamp), so a rerun of a
+killed ``toyrl reproduce`` reuses the runs it finished and computes the rest; ``fresh=True`` (``--fresh``)
+recomputes them all. A reused run gives the same floats as a computed one, so the same record.
+
 Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability``, ``credit``, ``echo``, ``offpolicy``,
 ``engine`` and ``horizon`` (the claims),
 ``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict), ``report`` (JSON,
-series, figures, README). Runs go through ``toyrl.lab.parallel.iter_tasks`` (a spawn pool or Ray).
+series, figures, README). Runs go through ``toyrl.lab.runcache.RunCache.run`` (``toyrl.lab.parallel.iter_tasks``:
+a spawn pool or Ray).
 """
 from __future__ import annotations
 
@@ -35,8 +41,8 @@ from .echo import ECHO_CLAIMS
 from .engine import ENGINE_CLAIMS
 from .horizon import HORIZON_CLAIMS
 from .offpolicy import OFFPOLICY_CLAIMS
-from ..parallel import iter_tasks
 from ..results import REPO, out_dir as results_dir, shipped_dir
+from ..runcache import CACHE_DIR, RunCache
 from .report import claims_table, load_series, write_figure, write_json, write_series
 from .spec import Claim, Test, run_job, train_seed
 from .stability import STABILITY_CLAIMS
@@ -52,8 +58,9 @@ SHIPPED_DIR = shipped_dir("claims")
 """the shipped ledger, data/claims of the checkout (``REPO``, where README.md lives too)"""
 
 
-def _execute(job: tuple) -> tuple:
-    """Worker entry point (top level, so the spawn pool can import it): job = (claim, arm, seed, quick)."""
+def _execute(job: tuple) -> dict:
+    """Worker entry point (top level, so the spawn pool can import it): job = (claim, arm, seed, quick) ->
+    {"metrics": per-run metrics, "series": the run's series, with its time_s and cpu_s}."""
     import torch
     torch.set_num_threads(1)
     name, arm, seed, quick = job
@@ -66,7 +73,18 @@ def _execute(job: tuple) -> tuple:
         series = run_job((c.config(arm, quick), train_seed(name, seed), c.probe))
         metrics = c.metrics(series)
     series["time_s"], series["cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-    return job, {"metrics": metrics, "series": series}
+    return {"metrics": metrics, "series": series}
+
+
+def run_spec(job: tuple) -> dict:
+    """What a run's result depends on (its run-cache spec): the claim, arm, seed, its trainer seed, quick, and the
+    arm's full config and probe (a measurement: the claim's base config and the measure's name)."""
+    name, arm, seed, quick = job
+    c = CLAIMS[name]
+    what = ({"measure": c.measure.__name__, "config": c.base} if c.measure is not None
+            else {"probe": c.probe, "config": c.config(arm, quick)})
+    return {"job": "reproduce", "claim": name, "arm": arm, "seed": seed, "train_seed": train_seed(name, seed),
+            "quick": quick, **what}
 
 
 def evaluate(claim: Claim, runs: dict, seeds: Sequence[int]) -> tuple:
@@ -132,11 +150,11 @@ def register(claim: Claim, seeds: list, quick: bool) -> dict:
             "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "code": code_version()}
 
 
-def _finish(claim: Claim, rec: dict, runs: dict, out: Path, elapsed: float) -> dict:
+def _finish(claim: Claim, rec: dict, runs: dict, out: Path, elapsed: float, reused: int = 0) -> dict:
     result, v = evaluate(claim, runs, rec["seeds"])
     cpu = sum(r["series"].get("cpu_s", float("nan")) for arm in runs.values() for r in arm.values())
     rec = {**rec, "result": result, "verdict": v, "run_time_s": round(elapsed, 1), "cpu_time_s": _r(cpu, 1),
-           "notes": notes_for(claim, v)}
+           "runs_reused": reused, "notes": notes_for(claim, v)}
     write_series(out / f"{claim.name}.series.json.gz", claim.name, runs)
     write_figure(out / f"{claim.name}.png", claim, {a: {s: r["series"] for s, r in d.items()} for a, d in runs.items()},
                  rec)
@@ -191,13 +209,14 @@ def _usage(names, seeds: int) -> Optional[str]:
 
 def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_seed: int = 0, quick: bool = False,
                workers: int = 2, out_dir=None, readme=None, progress: bool = True, backend: str = "process",
-               address: Optional[str] = None) -> int:
+               address: Optional[str] = None, fresh: bool = False) -> int:
     """Run the named claims (all if empty) on seeds first_seed .. first_seed + seeds - 1; returns the exit code.
 
     Unknown names (or seeds < 1) print one line to stderr and return 2, before anything is written. Results go
     to ``out_dir`` (default ``./toyrl-results/claims``); a claim's files there are replaced only once all its
-    runs are done. ``readme``: a README whose claims table is then regenerated from ``out_dir`` (default none);
-    ``backend`` / ``address``: those of ``toyrl.lab.parallel.run_tasks``.
+    runs are done, and each run is kept in ``out_dir/.runcache/`` as it finishes: runs found there (same spec,
+    same code stamp) are reused unless ``fresh``. ``readme``: a README whose claims table is then regenerated
+    from ``out_dir`` (default none); ``backend`` / ``address``: those of ``toyrl.lab.parallel.run_tasks``.
     """
     names = list(names or CLAIMS)
     err = _usage(names, seeds)
@@ -211,19 +230,30 @@ def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_
     for c in claims:                    # the setting is on disk before any result; the last record stays until then
         write_json(out / f"{c.name}.pending.json", recs[c.name])
     jobs = [(c.name, arm, s, quick) for c in claims for arm in c.arms for s in seed_list]
+    specs = [run_spec(job) for job in jobs]
+    cache = RunCache(out / CACHE_DIR, fresh=fresh)
+    n_reused = len(cache.reusable(specs))
     t0 = time.time()
     print(f"reproduce: {len(claims)} claim(s), {len(jobs)} runs, seeds {seed_list[0]}..{seed_list[-1]}, "
           f"{'quick' if quick else 'full'}, {workers} worker(s) -> {out}/", flush=True)
+    if n_reused:
+        print(f"reproduce: {cache.describe(n_reused, len(jobs))}", flush=True)
     todo = {c.name: len(c.arms) * len(seed_list) for c in claims}
+    reused = dict.fromkeys(todo, 0)
     runs = {c.name: {a: {} for a in c.arms} for c in claims}
-    for _, ((name, arm, s, _), res) in iter_tasks(_execute, jobs, workers=workers, backend=backend, progress=progress,
-                                                  address=address, desc="reproduce"):
+    for i, res, was_reused in cache.run(_execute, jobs, specs, workers=workers, backend=backend, progress=progress,
+                                        address=address, desc="reproduce"):
+        name, arm, s, _ = jobs[i]
         runs[name][arm][s] = res
         todo[name] -= 1
+        reused[name] += was_reused
         if not todo[name]:
-            rec = _finish(CLAIMS[name], recs[name], runs[name], out, time.time() - t0)
-            print(f"  {name:18s} {rec['verdict']:22s} ({time.time() - t0:.0f} s)", flush=True)
-    print(f"reproduce: done in {time.time() - t0:.0f} s", flush=True)
+            rec = _finish(CLAIMS[name], recs[name], runs[name], out, time.time() - t0, reused[name])
+            print(f"  {name:18s} {rec['verdict']:22s} ({time.time() - t0:.0f} s"
+                  + (f", {reused[name]} runs reused" if reused[name] else "") + ")", flush=True)
+    cache.prune()
+    print(f"reproduce: done in {time.time() - t0:.0f} s" + (f" ({n_reused} runs reused)" if n_reused else ""),
+          flush=True)
     if readme is not None:
         write_readme(out, readme)
     return 0

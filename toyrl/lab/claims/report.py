@@ -1,6 +1,10 @@
 """Writing a claim's result: the JSON file, its series and its figure (each whole, ``toyrl.lab.results.atomic_write``),
 and the README claims table.
 
+The figure (``claim_figure``, saved by ``write_figure`` in the "slides" style of ``toyrl.viz.style``: at
+least 1600 px wide) shows the claim's curve per arm and, per metric its tests use, every arm those tests
+compare (``tested_arms``), each seed and the mean with its 95% interval.
+
 The README table lives between ``<!-- claims:start -->`` and ``<!-- claims:end -->``; only that span
 is replaced, and a README without both markers is left untouched (with a warning).
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -17,8 +22,8 @@ import numpy as np
 from ..results import atomic_write
 from .spec import smooth, tokens_per_episode
 
-__all__ = ["write_json", "write_series", "load_series", "write_figure", "setting_label", "seed_band", "claims_table",
-           "update_readme", "START", "END"]
+__all__ = ["write_json", "write_series", "load_series", "write_figure", "claim_figure", "tested_arms", "arm_order",
+           "setting_label", "seed_band", "claims_table", "update_readme", "START", "END"]
 
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
@@ -56,9 +61,11 @@ def _curve(series: dict, key: str) -> np.ndarray:
     return np.asarray(series.get(key, []), dtype=float)
 
 
-def seed_band(ax, Y: np.ndarray, x: np.ndarray, color, label: str, *, kind: str = "t") -> None:
+def seed_band(ax, Y: np.ndarray, x: np.ndarray, color, label: str, *, kind: str = "t", ls: str = "-",
+              note: bool = True) -> None:
     """Mean over seeds (rows of Y) with a band per x, one legend entry: kind "t" a 95% t interval of the
-    mean, "range" the min..max over seeds (readable with 3 seeds, where t_{0.975,2} = 4.3)."""
+    mean, "range" the min..max over seeds (readable with 3 seeds, where t_{0.975,2} = 4.3). The line and its
+    band share ``label`` (with ``note``: plus "(mean, 95% band)"); ``ls`` is the line's style."""
     from scipy import stats as st
     n = np.isfinite(Y).sum(0)
     m = np.nanmean(Y, 0)
@@ -68,28 +75,80 @@ def seed_band(ax, Y: np.ndarray, x: np.ndarray, color, label: str, *, kind: str 
         sd = np.nanstd(Y, 0, ddof=1) if Y.shape[0] > 1 else np.zeros_like(m)
         half = np.where(n > 1, st.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)), 0.0)
         lo, hi, what = m - half, m + half, "95% band"
-    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
-    ax.plot(x, m, color=color, lw=1.8, label=f"{label} (mean, {what})")
+    text = f"{label} (mean, {what})" if note else label
+    ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0, label=text)
+    ax.plot(x, m, color=color, ls=ls, label=text)
+
+
+def arm_order(claim, series: Optional[dict] = None) -> list:
+    """The arms a claim's figure draws, in the claim's order (then any other arm the series holds)."""
+    return list(claim.arms) + [a for a in (series or {}) if a not in claim.arms]
+
+
+def tested_arms(claim) -> dict:
+    """metric -> the arms the claim's tests compare on it (a test's arm and its baseline), in arm order:
+    what the figure's metric panels must draw. Example (clip_tolerance): {"early_success": ["cispo", "sapo",
+    "gspo"], "peak_drop": ["cispo", "sapo", "gspo"]}."""
+    out: dict = {}
+    for t in claim.tests:
+        out.setdefault(t.metric, set()).update([t.arm] + ([t.baseline] if t.baseline else []))
+    return {m: [a for a in arm_order(claim) if a in arms] for m, arms in out.items()}
+
+
+_LINESTYLES = ("-", "--", ":", "-.")
 
 
 def _curves(ax, claim, series: dict) -> None:
-    colors = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    """Left panel: each arm's curve (a colour per arm, a line style per series key), mean and 95% band."""
+    from ...viz.plots import legend
+    from ...viz.style import font_size
     keys = (claim.curve,) if isinstance(claim.curve, str) else tuple(claim.curve)
-    for j, (arm, key) in enumerate((arm, key) for arm in series for key in keys):
-        curves = [_curve(r, key) for r in series[arm].values()]
-        n = min((len(x) for x in curves), default=0)
-        if n == 0:
-            continue
-        Y = np.stack([x[:n] for x in curves])                                      # (S, n)
-        x = np.arange(n)
-        if not claim.measure:
-            ok = np.isfinite(Y).any(0)                                             # eval columns: only eval steps
-            Y, x = (Y[:, ok], x[ok]) if ok.sum() < n else (np.stack([smooth(y, 5) for y in Y]), x)
-        seed_band(ax, Y, x, colors[j % len(colors)], arm if len(keys) == 1 else f"{arm}: {key}")
+    for i, arm in enumerate(a for a in arm_order(claim, series) if a in series):
+        for k, key in enumerate(keys):
+            curves = [_curve(r, key) for r in series[arm].values()]
+            n = min((len(x) for x in curves), default=0)
+            if n == 0:
+                continue
+            Y = np.stack([x[:n] for x in curves])                                  # (S, n)
+            x = np.arange(n)
+            if not claim.measure:
+                ok = np.isfinite(Y).any(0)                                         # eval columns: only eval steps
+                Y, x = (Y[:, ok], x[ok]) if ok.sum() < n else (np.stack([smooth(y, 5) for y in Y]), x)
+            seed_band(ax, Y, x, f"C{i % 10}", arm if len(keys) == 1 else f"{arm}: {key}",
+                      ls=_LINESTYLES[k % len(_LINESTYLES)], note=False)
     ax.set_xlabel("measured batch" if claim.measure and "grad" in str(keys) else
                   "turn index" if claim.measure else "RL step")
-    ax.set_ylabel(claim.curve_label or " / ".join(keys) + ("" if claim.measure else " (5-step mean)"), fontsize=8)
-    ax.legend(fontsize=6, frameon=False)
+    ax.set_ylabel(claim.curve_label or " / ".join(keys) + ("" if claim.measure else " (5-step mean)"))
+    ax.set_title("per arm: mean over seeds, 95% t band")
+    n_entries = len(ax.get_legend_handles_labels()[1])
+    legend(ax, fontsize=font_size("legend"), frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+           ncol=min(3, max(1, n_entries)))
+
+
+def _metric_panel(bx, claim, record: dict, metric: str, arms: list) -> None:
+    """One tested metric: per arm its per-seed values (grey) and mean with 95% t interval (the arm's colour);
+    the threshold of a single-arm test as a dashed line."""
+    order = arm_order(claim)
+    for j, arm in enumerate(arms):
+        r = record["result"]["arms"].get(arm, {}).get(metric)
+        if r is None:
+            continue
+        vals = np.array([np.nan if v is None else v for v in r["per_seed"]], float)
+        bx.scatter(np.full(len(vals), j) + np.linspace(-0.12, 0.12, len(vals)), vals, s=18, color="0.55",
+                   label="one seed" if j == 0 else None, zorder=2)
+        if r["mean"] is not None:
+            lo, hi = r["ci95"]
+            bx.errorbar([j], [r["mean"]], yerr=[[r["mean"] - lo], [hi - r["mean"]]], fmt="o", capsize=4,
+                        color=f"C{order.index(arm) % 10}", ms=7, label="mean, 95% t interval" if j == 0 else None,
+                        zorder=3)
+    bounds = dict.fromkeys((t.sign, t.threshold) for t in claim.tests if t.metric == metric and not t.baseline)
+    for k, (sign, thr) in enumerate(bounds):
+        bx.axhline(thr, color="0.3", ls=("--", ":", "-.")[k % 3], lw=1.4, label=f"claimed {'>' if sign > 0 else '<'} {thr:g}")
+    bx.set_xticks(range(len(arms)), arms, rotation=30 if len(arms) > 2 else 0, ha="right" if len(arms) > 2 else "center")
+    bx.set_xlim(-0.6, len(arms) - 0.4)
+    bx.set_xlabel("arm")
+    bx.set_ylabel("value per seed")
+    bx.set_title("\n".join(textwrap.wrap(metric.replace("_", " "), 18)))
 
 
 LABEL_KEYS = ("size", "map_name", "stages", "slip", "dense", "prompts_per_step", "group_size", "lr", "ppo_epochs",
@@ -108,35 +167,39 @@ def setting_label(base: dict, arms: Optional[dict] = None) -> str:
     return " / ".join(dict.fromkeys(envs)) + " " + ", ".join(parts)
 
 
-def write_figure(path: Path, claim, series: dict, record: dict) -> None:
-    """Left: the claim's curve per arm (mean over seeds with a 95% t band). Right: the first test's
-    metric per seed and arm, with the mean and 95% interval. ``series``: arm -> seed -> series."""
+def claim_figure(claim, series: dict, record: dict):
+    """The claim's figure: left, its curve per arm (``_curves``); right, one panel per metric its tests
+    use, drawing every arm those tests compare (``tested_arms``). ``series``: arm -> seed -> series. Sized
+    and lettered by the active style (``toyrl.viz.style``; ``write_figure`` draws in "slides")."""
+    from ...viz.style import figsize, subplots
+    panels = tested_arms(claim)
+    widths = [6.0] + [max(3.0, 0.55 * len(a) + 1.4) for a in panels.values()]
+    fig, axes = subplots(1, len(widths), size=figsize(sum(widths), 4.6), squeeze=False, layout="constrained",
+                         gridspec_kw={"width_ratios": widths})
+    _curves(axes[0, 0], claim, series)
+    marks: dict = {}
+    for bx, (metric, arms) in zip(axes[0, 1:], panels.items()):
+        _metric_panel(bx, claim, record, metric, arms)
+        for h, lab in zip(*bx.get_legend_handles_labels()):
+            marks.setdefault(lab, h)
+    fig.legend(list(marks.values()), list(marks), loc="outside lower right", frameon=False, ncol=min(4, len(marks)))
+    n = len(record["seeds"])
+    fig.suptitle(f"{claim.name}: {record['verdict']} ({n} seeds{', quick' if record['setting'].get('quick') else ''})"
+                 f"\n{setting_label(claim.base, claim.arms)}")
+    return fig
+
+
+def write_figure(path: Path, claim, series: dict, record: dict, *, style: str = "slides") -> None:
+    """``claim_figure`` in ``style`` (default "slides": at least 1600 px wide, text >= 12.8 pt), saved whole
+    to ``path`` as a PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(8.4, 3.0), gridspec_kw={"width_ratios": [1.6, 1]})
-    _curves(ax, claim, series)
-    test = claim.tests[0]
-    arms = [test.arm] + ([test.baseline] if test.baseline else [])
-    for j, arm in enumerate(arms):
-        r = record["result"]["arms"][arm][test.metric]
-        vals = np.array([np.nan if v is None else v for v in r["per_seed"]], float)
-        bx.scatter(np.full(len(vals), j) + np.linspace(-0.1, 0.1, len(vals)), vals, s=12, color="0.5",
-                   label="one seed" if j == 0 else None)
-        if r["mean"] is not None:
-            lo, hi = r["ci95"]
-            bx.errorbar([j], [r["mean"]], yerr=[[r["mean"] - lo], [hi - r["mean"]]], fmt="o", color="k", capsize=3,
-                        label="mean, 95% t interval" if j == 0 else None)
-    bx.set_xticks(range(len(arms)), arms, fontsize=7)
-    bx.set_ylabel(test.metric, fontsize=8)
-    bx.set_xlim(-0.6, len(arms) - 0.4)
-    bx.legend(fontsize=6, frameon=False)
-    n = len(record["seeds"])
-    fig.suptitle(f"{claim.name}: {record['verdict']} ({n} seeds{', quick' if record['setting'].get('quick') else ''})"
-                 f"\n{setting_label(claim.base, claim.arms)}", fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72)
+    from ...viz.style import figure_style
+    with figure_style(style):
+        fig = claim_figure(claim, series, record)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
     plt.close(fig)
     atomic_write(path, buf.getvalue())
 

@@ -5,7 +5,8 @@
 
 The CLI writes to ``./toyrl-results/scorecard/`` unless ``--out-dir`` names a folder; the shipped card in
 ``data/scorecard/`` is replaced only by ``--update-shipped`` (``toyrl.lab.results``), each file whole, after
-every run is done.
+every run is done. Each run is kept in ``<out dir>/.runcache/`` as it finishes (``toyrl.lab.runcache``), so a
+killed card resumes: a rerun reuses the runs of the same config, seed and code, unless ``fresh`` (``--fresh``).
 
 ARLArena (arXiv 2602.21534) splits a policy-gradient design into four dials: advantage design
 (``estimator``), importance sampling / clipping (``clip``), loss aggregation (``agg``) and dynamic
@@ -344,27 +345,36 @@ def select_cells(cells=None) -> list:
 def run_scorecard(*, seeds=10, quick: bool = False, env: str = "gridworld", out_dir=None, workers: int = 1,
                   backend: str = "process", address: Optional[str] = None, cells=None,
                   steps: Optional[int] = None, diag_every: int = 10, progress: bool = True,
-                  figure: bool = True) -> dict:
+                  figure: bool = True, fresh: bool = False) -> dict:
     """Run the scorecard and write ``out_dir/scorecard.json``, ``out_dir/runs.json`` (every run's series)
     and ``out_dir/scorecard.png``; returns the record. ``seeds``: a count (seeds 0..N-1) or a list;
     ``cells``: see ``select_cells`` (the base cell first, for the marginal effects); ``steps``
-    overrides the RL steps per run."""
-    from ..parallel import run_tasks
+    overrides the RL steps per run. With an ``out_dir``, runs in its ``.runcache/`` are reused unless ``fresh``
+    (``meta["runs_reused"]`` counts them)."""
+    from ..runcache import CACHE_DIR, RunCache
     grid = select_cells(cells)
     n_steps = steps or STEPS["quick" if quick else "full"]
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     pairs = [(c, s) for c in grid for s in seed_list]
     jobs = [(cell_config(c, env, n_steps), s, diag_every) for c, s in pairs]
+    cache = RunCache(None if out_dir is None else Path(out_dir) / CACHE_DIR, fresh=fresh)
+    specs = [{"job": "scorecard", "config": c, "seed": s, "diag_every": d} for c, s, d in jobs]
+    n_reused = len(cache.reusable(specs))
+    if n_reused:
+        print(f"scorecard: {cache.describe(n_reused, len(jobs))}", flush=True)
     t0 = time.time()
-    results = run_tasks(run_one, jobs, workers=workers, backend=backend, address=address, progress=progress,
-                        desc="scorecard")
+    results = [None] * len(jobs)
+    for i, res, _ in cache.run(run_one, jobs, specs, workers=workers, backend=backend, address=address,
+                               progress=progress, desc="scorecard"):
+        results[i] = res
     runs: dict = {}
     for (c, s), res in zip(pairs, results):
         runs.setdefault(cell_name(c), []).append({"seed": s, **res})
     meta = {"env": env, "steps": n_steps, "quick": quick, "diag_every": diag_every, "collapse_rule": RULE_NAME,
-            "workers": workers, "backend": backend, "run_time_s": round(time.time() - t0, 1),
+            "workers": workers, "backend": backend, "run_time_s": round(time.time() - t0, 1), "runs_reused": n_reused,
             "command": _command(len(seed_list), quick, env, cells, steps, workers)}
     record = {**build_record(runs, meta), "meta": meta}
     if out_dir is not None:
         _write(out_dir, record, runs, figure)
+        cache.prune()
     return record

@@ -6,8 +6,10 @@
     plot_cell(card[0], card[1], "grpo/sapo/token-mean/none")  # the cell's runs, one line per seed
 
 ``write_figure`` draws the scorecard figure: a cells x metrics heatmap (each metric's mean over
-seeds; a colour bar) beside the marginal effect of every level on final success, paired with the
-base cell, with its 95% interval.
+seeds) beside the marginal effect of every level on final success, paired with the base cell, with its
+95% interval. The heatmap colours each metric by which way is good (``DIRECTIONS``): green is good and
+red is bad on both the high-is-good columns (``RdYlGn``) and the high-is-bad ones (``RdYlGn_r``), and a
+metric with no better direction is purple; one colour bar per direction says which way it reads.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["HEATMAP_METRICS", "load_scorecard", "heatmap_data", "marginal_effects", "cell_series", "plot_cell",
+from ...viz.style import styled
+
+__all__ = ["HEATMAP_METRICS", "DIRECTIONS", "DIRECTION_CMAPS", "metric_direction", "load_scorecard", "heatmap_data", "marginal_effects", "cell_series", "plot_cell",
            "write_figure", "cell_names", "effect_sign"]
 
 HEATMAP_METRICS = ("collapse_rate", "final_success", "auc_success", "spike_rate", "format_valid", "reasoning_entropy",
@@ -24,6 +28,21 @@ HEATMAP_METRICS = ("collapse_rate", "final_success", "auc_success", "spike_rate"
 """the heatmap's columns: metrics in [0, 1], so one colour scale reads them all (``reasoning_entropy`` is
 H(Z|X) per token over its largest value, log(n_think + 1): the reasoning tokens and END)"""
 LABELS = {"reasoning_entropy": "H(Z|X) / log(n_think+1)"}
+DIRECTIONS = {"collapse_rate": -1, "final_success": 1, "auc_success": 1, "spike_rate": -1, "format_valid": 1,
+              "reasoning_entropy": 0, "retrieval_acc": 1}
+"""metric -> +1 high is good, -1 high is bad, 0 no better direction (RAGEN-2: low H(Z|X) is a low-entropy
+collapse, high H(Z|X) with low I(X;Z) a template collapse)"""
+DIRECTION_CMAPS = {1: ("RdYlGn", "higher is better"), -1: ("RdYlGn_r", "higher is worse"),
+                   0: ("Purples", "no better direction")}
+"""direction -> (matplotlib colour map, colour-bar label): green good, red bad whichever way a metric reads"""
+
+
+def metric_direction(metric: str) -> int:
+    """+1 / -1 / 0: whether a higher ``metric`` is better, worse, or neither (``DIRECTIONS``; unknown: 0).
+
+    Example: metric_direction("collapse_rate") -> -1; metric_direction("final_success") -> 1.
+    """
+    return DIRECTIONS.get(metric, 0)
 
 
 def load_scorecard(path) -> tuple[dict, dict]:
@@ -119,35 +138,60 @@ def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
     return fig
 
 
+def _direction_heatmap(ax, values: np.ndarray, metrics: list) -> dict:
+    """Draw (C, M) ``values`` in [0, 1], each column in its direction's colour map (one image per direction,
+    in the order the directions first appear); returns {direction: image}. Cell text white on dark colours."""
+    from ...viz.style import font_size
+    images = {}
+    dirs = np.array([metric_direction(m) for m in metrics])
+    for d in dict.fromkeys(dirs.tolist()):
+        keep = np.broadcast_to(dirs == d, values.shape)
+        images[d] = ax.imshow(np.ma.masked_array(values, ~keep | ~np.isfinite(values)), cmap=DIRECTION_CMAPS[d][0],
+                              vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            if np.isfinite(values[i, j]):
+                r, g, b, _ = images[dirs[j]].cmap(values[i, j])
+                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=font_size("note"),
+                        color="white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black")
+    return images
+
+
+def _metric_label(metric: str) -> str:
+    """A heatmap column's label: the metric and which way is better. Example: "collapse rate (lower better)"."""
+    word = {1: " (higher better)", -1: " (lower better)", 0: " (no direction)"}[metric_direction(metric)]
+    return LABELS.get(metric, metric.replace("_", " ")) + word
+
+
+@styled
 def write_figure(record: dict, path=None, metric: str = "final_success"):
-    """The scorecard figure (heatmap of cells x metrics, marginal effects per dial); saved to ``path``
-    if given. Returns the figure."""
+    """The scorecard figure (heatmap of cells x metrics coloured by each metric's direction, with a colour bar
+    per direction; marginal effects per dial); saved to ``path`` if given. Returns the figure."""
     import matplotlib
     if path is not None:
         matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from ...viz.style import figsize, font_size, subplots
     names, metrics, values = heatmap_data(record)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, max(4.8, 0.42 * len(names) + 3.0)),
-                                 gridspec_kw={"width_ratios": [1.25, 1]})
-    im = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=0, vmax=1, aspect="auto")
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            if np.isfinite(values[i, j]):
-                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if values[i, j] < 0.5 else "black")
-    ax.set_xticks(range(len(metrics)), [LABELS.get(m, m.replace("_", " ")) for m in metrics], rotation=90)
-    ax.set_yticks(range(len(names)), [f"{n}  [{c['regime']}]" for n, c in zip(names, record["cells"])], fontsize=7)
+    fig, (ax, bx) = subplots(1, 2, size=figsize(15, max(5.4, 0.42 * len(names) + 3.6)),
+                             gridspec_kw={"width_ratios": [1.25, 1]}, layout="constrained")
+    images = _direction_heatmap(ax, values, metrics)
+    ax.set_xticks(range(len(metrics)), [_metric_label(m) for m in metrics], rotation=90)
+    ax.set_yticks(range(len(names)), [f"{n}  [{c['regime']}]" for n, c in zip(names, record["cells"])],
+                  fontsize=font_size("note"))
     ax.set(xlabel="metric (mean over seeds)", ylabel="cell: estimator/clip/agg/filter\n[RAGEN-2 regime]")
-    fig.colorbar(im, ax=ax, label="mean over seeds (0-1)", fraction=0.05)
+    for d, im in images.items():
+        cbar = fig.colorbar(im, ax=ax, fraction=0.035, pad=0.015)
+        cbar.set_label(f"{DIRECTION_CMAPS[d][1]} (0-1)", fontsize=font_size("note"))
+        cbar.ax.tick_params(labelsize=font_size("note"))
     _effects_panel(bx, marginal_effects(record, metric), metric)
     st = record["setting"]
     n_seeds = len(record["seeds"])
     fig.suptitle(f"{record.get('title', 'Stability scorecard')}: staleness {st['regime']['staleness']}, "
                  f"{st['regime']['ppo_epochs']} epochs, lr {st['regime']['lr']:g}, {st['steps']} steps, "
-                 f"{n_seeds} seeds/cell" + (" (quick)" if st.get("quick") else ""), fontsize=10)
-    fig.tight_layout()
+                 f"{n_seeds} seeds/cell" + (" (quick)" if st.get("quick") else ""))
     if path is not None:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=max(110, fig.dpi))
         plt.close(fig)
     return fig
 
@@ -165,9 +209,10 @@ def _effects_panel(ax, effects: list, metric: str) -> None:
         ax.barh(k, m, color=color, alpha=0.7)
         ax.plot([lo, hi], [k, k], color="black", lw=1.2)
     ax.axvline(0, color="grey", lw=0.8)
-    ax.set_yticks(y, [f"{d}: {lv}" for d, lv, *_ in effects], fontsize=8)
-    ax.set(xlabel=f"{metric.replace('_', ' ')}: level - base (paired by seed, 95% CI)", ylabel="dial: level",
+    from ...viz.style import font_size
+    ax.set_yticks(y, [f"{d}: {lv}" for d, lv, *_ in effects], fontsize=font_size("label"))
+    ax.set(xlabel=f"{metric.replace('_', ' ')}: level - base\n(paired by seed, 95% CI)", ylabel="dial: level",
            title="marginal effect per dial (one at a time)")
     from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(color=f"C{i}", alpha=0.7, label=d) for i, d in enumerate(dials)], fontsize=7,
-              loc="best", title="dial", title_fontsize=7)
+    ax.legend(handles=[Patch(color=f"C{i}", alpha=0.7, label=d) for i, d in enumerate(dials)],
+              fontsize=font_size("note"), loc="best", title="dial", title_fontsize=font_size("note"))

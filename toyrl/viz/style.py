@@ -1,0 +1,156 @@
+"""Figure styles: the one place that sets how large a toyrl figure's text and image are.
+
+Two styles (``STYLES``): ``"notebook"``, the default (a 10 pt base font, figures at the size their function
+chooses), and ``"slides"``, for a room reading a projector (a 16 pt base font, figures 1.25x larger, and the
+image at least 1600 px wide). Every text role is a fixed fraction of the base font (``ROLES``: an axes title
+1.0, an axis label 0.9, a tick label 0.8, text inside a heatmap or token cell 0.9, ...); the plotting functions
+ask ``font_size(role)``, and ``rc`` sets matplotlib's own defaults from the same table, so one number moves
+every label.
+
+    with figure_style("slides"):                          # every figure made inside: slides text and size
+        fig = plot_flat_vs_turns(ro, 0, core)
+    fig = credit_panel(style="slides")                    # the same for one call (a function wrapped in @styled)
+    fig.savefig("credit.png")                             # >= 1600 px wide, the 16 pt text 22 px tall
+
+A style is a set of rcParams (``rc``), a figure-size scale (``figsize``) and a minimum width in pixels
+(``figure_dpi``: the dpi a figure of a given width is made at to reach it; ``subplots`` makes figures with it). The active style lives in a context variable, set only
+by ``figure_style``; with no ``figure_style`` around, it is ``"notebook"``.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+__all__ = ["FigureStyle", "STYLES", "ROLES", "get_style", "rc", "figure_style", "figsize", "font_size", "figure_dpi", "subplots",
+           "styled"]
+
+
+@dataclass(frozen=True)
+class FigureStyle:
+    """How large a figure's text and image are."""
+
+    name: str
+    """the style's name, the value of a ``style=`` argument"""
+    font_size: float
+    """base font size (pt): titles, labels, ticks and legends are sized relative to it"""
+    scale: float = 1.0
+    """every figure size a plotting function asks for (``figsize``) is multiplied by this"""
+    min_width_px: int = 0
+    """``figure_dpi`` raises a figure's dpi until it is at least this many pixels wide (0: matplotlib's dpi)"""
+    linewidth: float = 1.5
+    """default line width (pt)"""
+
+
+STYLES = {"notebook": FigureStyle("notebook", font_size=10.0),
+          "slides": FigureStyle("slides", font_size=16.0, scale=1.25, min_width_px=1600, linewidth=2.4)}
+"""name -> FigureStyle: ``notebook`` (the default) and ``slides``"""
+
+ROLES = {"suptitle": 1.1, "title": 1.0, "label": 0.9, "tick": 0.8, "legend": 0.8, "cell": 0.9, "note": 0.8}
+"""text role -> its size as a fraction of the base font (notebook: titles 10 pt, cells 9 pt, ticks 8 pt)"""
+
+_ACTIVE = contextvars.ContextVar("toyrl_figure_style", default="notebook")
+
+
+def get_style(style: Optional[str] = None) -> FigureStyle:
+    """The FigureStyle named ``style`` (None: the active one, ``"notebook"`` outside any ``figure_style``).
+
+    Example: get_style("slides").font_size -> 16.0. An unknown name raises ValueError naming the styles.
+    """
+    name = _ACTIVE.get() if style is None else style
+    if name not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(map(repr, STYLES))}, got {style!r}")
+    return STYLES[name]
+
+
+def rc(style: Optional[str] = None) -> dict:
+    """The rcParams of a style: the base font, matplotlib's text roles sized by ``ROLES``, the line width.
+
+    Example: rc("slides")["font.size"] -> 16.0; rc("slides")["axes.labelsize"] -> 14.4 (0.9 x 16).
+    """
+    s = get_style(style)
+    f = {role: k * s.font_size for role, k in ROLES.items()}
+    return {"font.size": s.font_size, "axes.titlesize": f["title"], "axes.labelsize": f["label"],
+            "xtick.labelsize": f["tick"], "ytick.labelsize": f["tick"], "legend.fontsize": f["legend"],
+            "legend.title_fontsize": f["legend"], "figure.titlesize": f["suptitle"], "lines.linewidth": s.linewidth,
+            "savefig.dpi": "figure"}
+
+
+@contextmanager
+def figure_style(style: Optional[str] = None):
+    """Make every figure inside the block in ``style`` (None: keep the active one); yields the FigureStyle.
+
+        with figure_style("slides"):
+            fig = credit_panel()
+    """
+    import matplotlib.pyplot as plt
+    s = get_style(style)
+    token = _ACTIVE.set(s.name)
+    try:
+        with plt.rc_context(rc(s.name)):
+            yield s
+    finally:
+        _ACTIVE.reset(token)
+
+
+def figsize(width: float, height: float) -> tuple[float, float]:
+    """A plotting function's figure size (inches) in the active style: both times its ``scale``.
+
+    Example: figsize(8, 3) -> (8, 3) in "notebook", (10, 3.75) in "slides".
+    """
+    k = get_style().scale
+    return width * k, height * k
+
+
+def font_size(role: str = "title") -> float:
+    """The size (pt) of a text role (a ``ROLES`` key) in the active style.
+
+    Example: font_size("cell") -> 9.0 in "notebook", 14.4 in "slides"; font_size("tick") -> 8.0, 12.8.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(map(repr, ROLES))}, got {role!r}")
+    return ROLES[role] * get_style().font_size
+
+
+def figure_dpi(width: float) -> float:
+    """The dpi to make a ``width``-inch figure at in the active style: matplotlib's ``figure.dpi``, raised so
+    the figure (a saved PNG, the notebook's image) is at least the style's ``min_width_px`` wide.
+
+    Example (figure.dpi 100): figure_dpi(10) -> 100 in "notebook", 160 in "slides" (1600 px).
+    """
+    import matplotlib as mpl
+    need = get_style().min_width_px
+    base = float(mpl.rcParams["figure.dpi"])
+    return max(base, math.ceil(need / width)) if need else base
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, size: tuple, **kw):
+    """``plt.subplots`` with a figure of ``size`` inches (already in the style: pass ``figsize(w, h)`` to
+    scale a base size) made at ``figure_dpi``; returns (fig, axes) as plt.subplots does."""
+    import matplotlib.pyplot as plt
+    return plt.subplots(nrows, ncols, figsize=size, dpi=figure_dpi(size[0]), **kw)
+
+
+def styled(fn: Callable) -> Callable:
+    """Give a plotting function a keyword-only ``style`` argument: the call runs inside ``figure_style(style)``
+    (None: the active style), so the figures it makes (``subplots``) take the style's text, size and dpi.
+
+        @styled
+        def plot_thing(data, *, title=""): ...
+        plot_thing(data, style="slides")
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, style: Optional[str] = None, **kwargs):
+        with figure_style(style):
+            return fn(*args, **kwargs)
+
+    sig = inspect.signature(fn)
+    extra = inspect.Parameter("style", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="Optional[str]")
+    params = list(sig.parameters.values())
+    cut = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
+    wrapper.__signature__ = sig.replace(parameters=params[:cut] + [extra] + params[cut:])
+    return wrapper
