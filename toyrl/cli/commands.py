@@ -1,13 +1,13 @@
 """The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | plot | compare |
-export | precompute | warmstart | doctor | pretrain | bench``.
+export | precompute | warmstart | doctor | grade | pretrain | bench``.
 
 Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
 ``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cli.trainflags``): one flag per
 field by its own name, its docstring as help; ``sweep`` takes several values for any field and runs
 their product. An unknown name prints one line naming the flag and the valid names and exits with
-code 2 (no traceback) before any work starts. ``sweep`` and ``scorecard`` run their per-run jobs
-through ``toyrl.lab.parallel.run_tasks``: ``--backend process`` (a spawn pool, the default) or
-``--backend ray`` (``--ray-address`` joins an existing cluster; otherwise a local instance).
+code 2 (no traceback) before any work starts. ``sweep``, ``scorecard`` and ``reproduce`` run their per-run
+jobs through ``toyrl.lab.runcache`` (each finished run kept, so a rerun resumes) over ``toyrl.lab.parallel``:
+``--backend process`` (a spawn pool, the default) or ``--backend ray`` (``--ray-address`` joins an existing cluster; otherwise a local instance).
 ``reproduce``, ``scorecard`` and ``precompute`` write under ``--out-dir`` or ``./toyrl-results/``, never into the
 shipped ``data/`` tree without ``--update-shipped`` (``toyrl.lab.results``).
 

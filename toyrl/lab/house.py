@@ -126,13 +126,18 @@ def _upper_rooms(r: dict, n: dict) -> list:
          "engine (`engine`, `engine_strength`, `bypass`, `correction`; logs `engine_kl`, `engine_ratio_max`, ...). "
          "Also: `kwargs.py`, the checks of every `*_kwargs` dict; building a "
          "run (`build.py`, `limits.py`), the learned credit models the trainer fits, behaviour cloning (`bc.py`, "
-         "`bc_reasoning`), the shipped warm starts (`warmstart.py`, `init=`) and TinyLM's pretraining"),
+         "`bc_reasoning`), the shipped warm starts (`warmstart.py`, `init=`), TinyLM's pretraining, and `trackers.py`: the run log's rows "
+         "also to TensorBoard, W&B or trackio (`logger=`)"),
         ("`port/`", "verl 0.9.1 signatures (`compute_grpo_outcome_advantage`, `compute_policy_loss`, `agg_loss`, "
-         "`kl_penalty`, ...) and TRL's over toyrl's code, tested against verl"),
+         "`kl_penalty`, ...) and TRL's over toyrl's code, tested against verl; `doctor.py` (with `doctor_checks.py`, "
+         "`doctor_view.py`): `toyrl doctor` reads another trainer's batch (verl, TRL or a dict of tensors), rebuilds "
+         "its turns from the masks and names what is wrong in it"),
         ("`viz/`, `lab/`", "the notebooks' figures and widget panels; the lab: the claims ledger, the stability "
-         "scorecard, benchmarks, `toyrl demo`, sweeps on a process pool or Ray, where results are written"),
+         "scorecard, benchmarks, `toyrl demo`, sweeps on a process pool or Ray, where results are written, the run "
+         "cache that lets a killed job resume (`runcache.py`), grading a student's run (`grade.py`); figure styles "
+         "for a notebook or a projector (`viz/style.py`)"),
         ("`cli/`", "the `toyrl` command (`envs | train | sweep | scorecard | demo | demos | reproduce | plot | "
-         "compare | precompute | warmstart | pretrain | bench`); every `TrainConfig` field is a flag by its own name"),
+         "compare | precompute | warmstart | pretrain | bench | export | doctor | grade`); every `TrainConfig` field is a flag by its own name"),
         ("`exercises/`", "the checks of the notebooks' exercises"),
     ]
 
