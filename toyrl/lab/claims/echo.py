@@ -15,7 +15,7 @@ from __future__ import annotations
 from .spec import Claim, Test, about
 from .stability import _echo_metrics
 
-__all__ = ["ECHO_CLAIMS", "BLIND_BASE"]
+__all__ = ["ECHO_CLAIMS", "BLIND_BASE", "FORGOT_AT"]
 
 BLIND_BASE = dict(env="gridworld", env_kwargs={"size": 5, "layout": "tmaze"}, policy="small", context="blind",
                   context_k=1, n_think=4, think_max=2, estimator="grpo", prompts_per_step=8, group_size=8,
@@ -34,4 +34,37 @@ blind_echo = Claim(
            Test("skip zero-advantage steps - GRPO, collapsed", "collapsed", "skip_zero_adv", "grpo", sign=-1)],
     metrics=_echo_metrics, curve=("success_rate", "reward_std", "template_mi"), curve_label="success / std / MI")
 
-ECHO_CLAIMS = [blind_echo]
+FORGOT_AT = 0.6
+"""final success at or below which a blind T-maze run counts as having lost the cue: the forgetting level is 1/2
+(the right corner by chance), plus room for the action errors a clone still makes"""
+
+
+def _blind_metrics(s: dict) -> dict:
+    """``_echo_metrics`` plus ``forgot``: 1 if the run ended at the forgetting level (final success <=
+    ``FORGOT_AT``), whether or not the collapse rule's 0.5 x peak line was crossed on the way."""
+    m = _echo_metrics(s)
+    return {**m, "forgot": float(m["final_success"] <= FORGOT_AT)}
+
+
+# The earlier claims' ideas in blind_echo's world: the precursor (echo_trap), the fall and its order
+# (echo_collapse, blind_echo), StarPO-S's variance filter (starpo_s), a critic (critic_delay), and the two fixes a
+# learner reaches for next, an entropy bonus and a higher upper clip bound (DAPO's clip-higher; 2 epochs, so
+# ratios leave 1 on the second pass). KL to the BC start is blind_echo's arm.
+blind_fixes = Claim(
+    name="blind_fixes", **about("blind_fixes"),
+    base=BLIND_BASE,
+    arms={"grpo": {}, "starpo_s": {"filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}},
+          "critic": {"estimator": "gae"}, "entropy": {"entropy_coef": 0.01}, "clip_higher": {"clip": "clip_higher"}},
+    steps=60, quick_steps=20,
+    tests=[Test("GRPO: precursor before any collapse (share of learning seeds > 0.5)", "precursor", "grpo",
+                threshold=0.5),
+           Test("GRPO: template MI falls (last - first)", "template_mi_change", "grpo", sign=-1),
+           Test("GRPO: ends at the forgetting level (share of seeds > 0.5)", "forgot", "grpo", threshold=0.5),
+           Test("StarPO-S - GRPO, final success", "final_success", "starpo_s", "grpo"),
+           Test("critic - GRPO, final success", "final_success", "critic", "grpo"),
+           Test("critic - GRPO, peak-to-final drop (delays)", "peak_drop", "critic", "grpo", sign=-1),
+           Test("entropy bonus - GRPO, final success", "final_success", "entropy", "grpo"),
+           Test("clip-higher - GRPO, final success", "final_success", "clip_higher", "grpo")],
+    metrics=_blind_metrics, curve=("success_rate", "reward_std", "template_mi"), curve_label="success / std / MI")
+
+ECHO_CLAIMS = [blind_echo, blind_fixes]
