@@ -4,7 +4,8 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from toyrl.viz.blind import claim_table, collapsed_seeds, momentum_trap, plot_claim_run, reasoning_check
+from toyrl.viz.blind import (FIXES, claim_table, collapsed_seeds, momentum_trap, plot_claim_run, reasoning_check,
+                             series_path)
 
 
 def run(mean, std, grad, mi):
@@ -22,8 +23,10 @@ def fake_series():
 
 def test_claim_table_counts_by_hand():
     t = claim_table(fake_series())
-    assert t["grpo"] == {"seeds": 2, "collapsed": 1, "std_first": 1, "frozen": 0, "mi_fell": 1}
-    assert t["fix"] == {"seeds": 2, "collapsed": 0, "std_first": 0, "frozen": 1, "mi_fell": 0}
+    assert t["grpo"] == {"seeds": 2, "collapsed": 1, "std_first": 1, "frozen": 0, "mi_fell": 1, "forgot": 1,
+                         "final": pytest.approx((.05 + .9) / 2)}
+    assert t["fix"] == {"seeds": 2, "collapsed": 0, "std_first": 0, "frozen": 1, "mi_fell": 0, "forgot": 1,
+                        "final": pytest.approx((.9 + .5) / 2)}
     assert collapsed_seeds("grpo", fake_series()) == [0] and collapsed_seeds("fix", fake_series()) == []
 
 
@@ -34,6 +37,17 @@ def test_plot_claim_run_titles_the_verdict_and_rejects_unknown_runs():
     assert len(fig.axes[0].get_legend().get_texts()) >= 4                  # three curves and a mark
     with pytest.raises(ValueError, match="no stored run"):
         plot_claim_run("kl", 0, fake_series())
+    labels = [t.get_text() for t in plot_claim_run("fix", 1, fake_series()).axes[0].get_legend().get_texts()]
+    assert "GRPO success, same seed" in labels and "froze" in plot_claim_run("fix", 1, fake_series()).axes[0].get_title()
+    assert "GRPO success, same seed" not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_fixes_name_stored_arms_of_registered_claims():
+    from toyrl.lab.claims import CLAIMS
+    for fix, (claim, arm) in FIXES.items():
+        assert claim in CLAIMS and arm in CLAIMS[claim].arms, fix
+        assert series_path(claim).name == f"{claim}.series.json.gz" and series_path(claim, True).parent.name == "heldout"
+    assert len(set(FIXES.values())) == len(FIXES)
 
 
 def test_reasoning_check_shipped_tmaze():

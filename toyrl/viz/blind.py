@@ -6,8 +6,10 @@ the reasoning tokens each turn rewrites. Three pure functions feed the notebook'
 
 - ``reasoning_check``: the shipped warm start's success with its reasoning intact and scrambled (live, seconds);
 - ``momentum_trap``: AdamW moves the weights on steps whose gradient is exactly zero; ``skip_zero_adv`` stops it;
-- ``claim_table`` / ``plot_claim_run``: the ledger's ``blind_echo`` runs (per arm and seed) judged again, live,
-  by ``toyrl.collapse.classify``, and one run drawn with its std drop, collapse and freeze marked.
+- ``claim_table`` / ``plot_claim_run``: the ledger's ``blind_echo`` and ``blind_fixes`` runs (per arm and seed)
+  judged again, live, by ``toyrl.collapse.classify``, and one run drawn with its std drop, collapse and freeze
+  marked, beside the same seed's plain GRPO run of the same claim (paired: same BC start, same first tasks).
+  ``FIXES`` maps each fix the notebook's widget offers to the claim and arm that ran it.
 """
 from __future__ import annotations
 
@@ -17,16 +19,28 @@ from typing import Optional
 import numpy as np
 
 from ..collapse import RULE, classify
+from ..lab.claims.echo import FORGOT_AT
 from ..lab.claims.report import load_series
 from ..lab.claims.spec import early, final
 from .plots import mark_steps, new_figure
 
-__all__ = ["CLAIM", "SERIES_PATH", "reasoning_check", "momentum_trap", "claim_table", "collapsed_seeds",
-           "plot_claim_run"]
+__all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "series_path", "reasoning_check", "momentum_trap",
+           "claim_table", "collapsed_seeds", "plot_claim_run"]
 
 CLAIM = "blind_echo"
-"""the ledger claim whose stored runs the notebook reads"""
-SERIES_PATH = Path(__file__).resolve().parents[2] / "data" / "claims" / f"{CLAIM}.series.json.gz"
+"""the ledger claim whose stored runs the notebook reads first"""
+LEDGER = Path(__file__).resolve().parents[2] / "data" / "claims"
+SERIES_PATH = LEDGER / f"{CLAIM}.series.json.gz"
+FIXES = {"none (GRPO)": ("blind_echo", "grpo"), "KL to the BC start": ("blind_echo", "kl"),
+         "skip zero-advantage steps": ("blind_echo", "skip_zero_adv"), "StarPO-S filter": ("blind_fixes", "starpo_s"),
+         "critic (GAE)": ("blind_fixes", "critic"), "entropy bonus": ("blind_fixes", "entropy"),
+         "clip-higher": ("blind_fixes", "clip_higher")}
+"""the widget's fixes -> (ledger claim, arm); each claim has its own plain GRPO arm, paired with its fixes by seed"""
+
+
+def series_path(claim: str = CLAIM, heldout: bool = False) -> Path:
+    """Where claim ``claim``'s stored runs are: seeds 0-9 in ``data/claims/``, 10-19 in ``data/claims/heldout/``."""
+    return (LEDGER / "heldout" if heldout else LEDGER) / f"{claim}.series.json.gz"
 
 
 def reasoning_check(name: str = "tmaze", *, episodes: int = 128, seed: int = 0) -> dict:
@@ -63,18 +77,21 @@ def momentum_trap(*, steps: int = 20, seed: int = 0, skip_zero_adv: bool = False
 
 
 def claim_table(series: Optional[dict] = None, **rule) -> dict:
-    """arm -> {"seeds", "collapsed", "std_first", "frozen", "mi_fell"} counts over the stored ``blind_echo`` runs
-    (``series``: arm -> seed -> run series, default the shipped file), each run judged now by ``classify`` with
-    the ledger's ``RULE`` (overridden by ``rule``). ``mi_fell``: the ledger's template-MI change (``final`` minus
-    ``early``: the last 20% of steps, at least 5, against the first 25%) is negative."""
+    """arm -> {"seeds", "collapsed", "std_first", "frozen", "mi_fell", "forgot", "final"} over the stored
+    ``blind_echo`` runs (``series``: arm -> seed -> run series, default the shipped file), each run judged now by
+    ``classify`` with the ledger's ``RULE`` (overridden by ``rule``). Counts of seeds, except ``final``, the mean
+    final success. ``mi_fell``: the ledger's template-MI change (``final`` minus ``early``: the last 20% of steps,
+    at least 5, against the first 25%) is negative; ``forgot``: final success <= ``FORGOT_AT``."""
     series = load_series(SERIES_PATH) if series is None else series
     out = {}
     for arm, runs in series.items():
         c = [classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **{**RULE, **rule}) for s in runs.values()]
         fell = [final(s["template_mi"]) < early(s["template_mi"]) for s in runs.values()]   # the ledger's MI change
+        fin = [final(s["success_rate"]) for s in runs.values()]
         out[arm] = {"seeds": len(c), "collapsed": sum(x["collapsed"] for x in c),
                     "std_first": sum(bool(x["std_first"]) for x in c), "frozen": sum(x["frozen"] for x in c),
-                    "mi_fell": int(sum(fell))}
+                    "mi_fell": int(sum(fell)), "forgot": int(sum(f <= FORGOT_AT for f in fin)),
+                    "final": float(np.mean(fin))}
     return out
 
 
@@ -86,10 +103,12 @@ def collapsed_seeds(arm: str = "grpo", series: Optional[dict] = None, **rule) ->
             if classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **{**RULE, **rule})["collapsed"]]
 
 
-def plot_claim_run(arm: str = "grpo", seed: int = 0, series: Optional[dict] = None, **rule):
-    """One stored ``blind_echo`` run: success, within-group reward std and template MI on one step axis, with the
-    std drop, the collapse and the freeze of ``classify`` marked where found. Returns the figure."""
-    series = load_series(SERIES_PATH) if series is None else series
+def plot_claim_run(arm: str = "grpo", seed: int = 0, series: Optional[dict] = None, claim: str = CLAIM, **rule):
+    """One stored run of ``claim`` (``series``: arm -> seed -> run series, default the shipped seeds 0-9):
+    success, within-group reward std and template MI on one step axis, with the std drop, the collapse and the
+    freeze of ``classify`` marked where found, and, for a fix, the same seed's GRPO success dashed (paired by
+    seed). Returns the figure."""
+    series = load_series(series_path(claim)) if series is None else series
     if arm not in series or seed not in series[arm]:
         raise ValueError(f"no stored run for arm={arm!r}, seed={seed}; arms {sorted(series)}, "
                          f"seeds {sorted(next(iter(series.values())))}")
@@ -101,8 +120,11 @@ def plot_claim_run(arm: str = "grpo", seed: int = 0, series: Optional[dict] = No
                        ("template_mi", "template MI (nats)")):
         y = np.asarray(s[key], float)
         ax.plot(np.arange(len(y)), y, label=label)
+    if arm != "grpo" and seed in series.get("grpo", {}):
+        y = np.asarray(series["grpo"][seed]["success_rate"], float)
+        ax.plot(np.arange(len(y)), y, color="0.5", ls="--", label="GRPO success, same seed")
     mark_steps(ax, {"std drop": c["t_std_drop"], "collapse": c["t_collapse"], "freeze": c["t_freeze"]})
-    ax.set(xlabel="RL step", ylabel="value", title=f"blind T-maze 5x5, {arm}, seed {seed}: "
+    ax.set(xlabel="RL step", ylabel="value", title=f"blind T-maze 5x5, {claim}: {arm}, seed {seed}: "
            + ("collapsed" if c["collapsed"] else "held") + (", froze" if c["frozen"] else ""))
     ax.legend(fontsize=8, loc="upper right")
     return fig
