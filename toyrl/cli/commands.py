@@ -1,5 +1,5 @@
 """The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | plot | compare |
-export | precompute | warmstart | doctor | grade | pretrain | bench``.
+export | precompute | warmstart | doctor | grade | models | pretrain | bench``.
 
 Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
 ``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cli.trainflags``): one flag per
@@ -32,8 +32,10 @@ from ..envs import ENVS
 from .runplot import add_run_commands
 from .doctor import add_doctor
 from .export import add_export
+from .models import add_models
 
-BENCHES = {"envs": "toyrl.lab.bench.envs", "credit": "toyrl.lab.bench.credit", "train": "toyrl.lab.bench.train"}
+BENCHES = {"envs": "toyrl.lab.bench.envs", "credit": "toyrl.lab.bench.credit", "train": "toyrl.lab.bench.train",
+           "smollm2": "toyrl.lab.bench.smollm2"}
 TRAINFLAGS = ("ALIASES", "REGISTRIES", "TRAIN_SYNTAX", "SWEEP_SYNTAX", "add_train_flags", "checked_trainer",
               "configs_from")
 """names of ``toyrl.cli.trainflags`` (torch) this module also offers, imported on first use (PEP 562)"""
@@ -245,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_precompute(sub)
     add_warmstart(sub)
     add_doctor(sub)                                        # toyrl.cli.doctor
+    add_models(sub)                                        # toyrl models fetch | list (toyrl.cli.models)
     pt = sub.add_parser("pretrain", help="behaviour-clone TinyLM on data/demos/ -> data/checkpoints/tinylm.pt")
     pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain --help)")
     pt.set_defaults(func=cmd_pretrain)

@@ -19,6 +19,7 @@ from ..filters import FILTERS
 from ..objectives import AGGREGATIONS, CLIP_SCHEMES, KL_ESTIMATORS, LEVELS
 from ..train.build import policy_names
 from ..policies.toy import PRESETS
+from ..policies.zoo import ZOO
 from ..rollout.engine import CONTEXTS
 from ..rollout.engines import ENGINES
 from ..objectives.rollout_correction import CORRECTIONS
@@ -31,10 +32,11 @@ __all__ = ["ALIASES", "REGISTRIES", "TRAIN_SYNTAX", "SWEEP_SYNTAX", "add_train_f
 
 
 def policy_form(name) -> bool:
-    """True for a name of a policy's form (a preset, tinylm, tinylm:PATH, hf:PATH); whether PATH exists is
-    ``TrainConfig.validate``'s check, with its own message ("policy 'hf:/x': path /x does not exist")."""
+    """True for a name of a policy's form (a preset, tinylm, tinylm:PATH, a zoo model, hf:PATH); whether PATH
+    exists (or the zoo model is fetched) is ``TrainConfig.validate``'s check, with its own message ("policy 'hf:/x':
+    path /x does not exist")."""
     prefix, _, path = name.partition(":") if isinstance(name, str) else ("", "", "")
-    return name in PRESETS or name == "tinylm" or (prefix in ("tinylm", "hf") and path != "")
+    return name in PRESETS or name == "tinylm" or name in ZOO or (prefix in ("tinylm", "hf") and path != "")
 
 
 ALIASES = {"env_kwargs": ["--env-kw"], "estimator_kwargs": ["--est-kw"], "clip_kwargs": ["--clip-kw"],

@@ -121,7 +121,8 @@ class TextCodec:
     """Text in, text out: the codec of TinyLM and of Hugging Face policies (see the module docstring)."""
 
     tokenizer: object
-    """has encode(str) -> ids, decode(ids) -> str, vocab_size, pad_id, eos_id, bos_id (None if none), id_texts()"""
+    """has encode(str) -> ids, decode(ids) -> str, vocab_size, pad_id, eos_id, bos_id (None if none), id_texts();
+    optionally eos_ids (every id that ends a sequence, e.g. a chat model's end-of-turn and end-of-text)"""
     max_new: int = 8
     """most tokens of one reply (a reply that has not closed its action by then is parsed as is)"""
     render: str = "compact"
@@ -144,6 +145,7 @@ class TextCodec:
         stops = [i for i, t in enumerate(texts) if any(s in t for s in self.stop_strings)]
         if self.tokenizer.eos_id is not None:
             stops.append(int(self.tokenizer.eos_id))
+        stops += [int(i) for i in getattr(self.tokenizer, "eos_ids", ()) if 0 <= int(i) < self.size]
         self._stops = torch.tensor(sorted(set(stops)), dtype=torch.long)
         self._is_stop = np.zeros(self.size, bool)
         self._is_stop[self._stops.numpy()] = True

@@ -34,18 +34,21 @@ from torch import Tensor
 from ..codecs.text import TEMPLATES, TextCodec
 from .base import Decode, Generation, positions_from_mask, sample_step, teacher_forced
 
-__all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings"]
+__all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings", "special_ids", "model_token_ids",
+           "system_head"]
 
 
 class HFTokenizer:
-    """Adapter of a ``transformers`` tokenizer to the interface ``TextCodec`` reads."""
+    """Adapter of a ``transformers`` tokenizer to the interface ``TextCodec`` reads. Its special ids come from
+    ``special_ids``: EOS and pad as the model's config names them, BOS only without a chat template."""
 
-    def __init__(self, tok, vocab_size: Optional[int] = None):
+    def __init__(self, tok, vocab_size: Optional[int] = None, model=None):
         self.tok = tok
         self.vocab_size = int(vocab_size or len(tok))
-        self.eos_id = tok.eos_token_id
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else (self.eos_id or 0)
-        self.bos_id = None                       # the chat template writes any BOS itself
+        ids = special_ids(bool(getattr(tok, "chat_template", None)), model_token_ids(model), tokenizer_token_ids(tok))
+        self.bos_id, self.eos_id, self.pad_id = ids["bos"], ids["eos"], ids["pad"]
+        self.eos_ids = ids["eos_all"]
+        """every id the model's config names as an end of sequence (each one ends a reply)"""
 
     def encode(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"]
@@ -58,6 +61,54 @@ class HFTokenizer:
         texts = [self.tok.convert_tokens_to_string([t]) if t is not None else ""
                  for t in self.tok.convert_ids_to_tokens(list(range(n)))]
         return texts + [""] * (self.vocab_size - n)
+
+
+ROLES = ("bos", "eos", "pad")
+
+
+def model_token_ids(model) -> dict:
+    """{role: [ids]} the model's generation config, then its config, names for bos / eos / pad (a list of EOS
+    ids kept in order, duplicates dropped); {} without a model. Example: a generation config eos [2, 0] and a
+    config eos 2 -> {"eos": [2, 0], ...}."""
+    out = {r: [] for r in ROLES}
+    if model is None:
+        return out
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for source in (getattr(model, "generation_config", None), cfg):
+        for r in ROLES:
+            v = getattr(source, f"{r}_token_id", None)
+            for i in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(i, int) and i not in out[r]:
+                    out[r].append(i)
+    return out
+
+
+def tokenizer_token_ids(tok) -> dict:
+    """{role: id or None} of the tokenizer's own bos / eos / pad tokens."""
+    return {r: getattr(tok, f"{r}_token_id", None) for r in ROLES}
+
+
+def special_ids(has_template: bool, model_ids: dict, tok_ids: dict) -> dict:
+    """The special ids a text codec uses, the model's config first and the tokenizer's when it names none:
+
+        eos  = model's first EOS, else the tokenizer's           eos_all = every EOS id of either
+        pad  = model's pad, else the tokenizer's, else eos, else 0
+        bos  = None with a chat template (the template writes any BOS itself), else the model's BOS, else
+               the tokenizer's, else None (a base model without its BOS degenerates: Gemma-3 writes "111 ...")
+
+    Example: (False, {"bos": [1], "eos": [2], "pad": []}, {"bos": 1, "eos": 0, "pad": None}) ->
+    {"bos": 1, "eos": 2, "eos_all": (2, 0), "pad": 2}; with has_template=True bos is None.
+    """
+    def first(role):
+        mine = list(model_ids.get(role) or [])
+        return mine[0] if mine else tok_ids.get(role)
+
+    eos = first("eos")
+    eos_all = tuple(dict.fromkeys(list(model_ids.get("eos") or []) + [tok_ids.get("eos")]))
+    pad = first("pad")
+    return {"bos": None if has_template else first("bos"), "eos": eos,
+            "eos_all": tuple(int(i) for i in eos_all if i is not None),
+            "pad": int(pad if pad is not None else (eos if eos is not None else 0))}
 
 
 def chat_template_strings(tok) -> tuple[str, str, str]:
@@ -77,6 +128,20 @@ def chat_template_strings(tok) -> tuple[str, str, str]:
     return head, to_asst, to_user
 
 
+def system_head(tok, system: str) -> Optional[str]:
+    """The chat template's head with ``system`` as its system message (what comes before the first user text),
+    None when there is no template or it takes no system role (then the instruction opens the user text).
+    Example (SmolLM2): "Be brief." -> "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"."""
+    if not system or not getattr(tok, "chat_template", None):
+        return None
+    msgs = [{"role": "system", "content": "\x01S\x01"}, {"role": "user", "content": "\x01U\x01"}]
+    try:
+        head = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True).split("\x01U\x01")[0]
+    except Exception:                            # a template that refuses a system role
+        return None
+    return head.replace("\x01S\x01", system) if head.count("\x01S\x01") == 1 else None
+
+
 class HFPolicy(torch.nn.Module):
     """A ``transformers`` causal LM as a TokenPolicy (ids in, ids out)."""
 
@@ -88,7 +153,7 @@ class HFPolicy(torch.nn.Module):
         super().__init__()
         self.model, self.tokenizer = model, tokenizer
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        self.hf_tokenizer = HFTokenizer(tokenizer, max(self.vocab_size, len(tokenizer)))
+        self.hf_tokenizer = HFTokenizer(tokenizer, max(self.vocab_size, len(tokenizer)), model)
         self.pad_id = int(self.hf_tokenizer.pad_id)
         self.autocast_dtype = {None: None, "none": None, "fp32": None, "bf16": torch.bfloat16,
                                "fp16": torch.float16}[autocast]
@@ -120,9 +185,13 @@ class HFPolicy(torch.nn.Module):
         return cls(model, tok, autocast).to(device)
 
     def codec(self, *, render: str = "full", max_new: int = 24, system: str = "") -> TextCodec:
-        """The chat-style TextCodec of this tokenizer (template from ``chat_template_strings``)."""
-        return TextCodec(self.hf_tokenizer, max_new=max_new, render=render,
-                         template=chat_template_strings(self.tokenizer), system=system)
+        """The chat-style TextCodec of this tokenizer (template from ``chat_template_strings``). ``system``, an
+        instruction, is the chat's system message where the template has one (``system_head``: it replaces a
+        default system message), else the start of the first user text."""
+        template, head = chat_template_strings(self.tokenizer), system_head(self.tokenizer, system)
+        if head is not None:
+            template, system = (head,) + tuple(template[1:]), ""
+        return TextCodec(self.hf_tokenizer, max_new=max_new, render=render, template=template, system=system)
 
     @property
     def device(self) -> torch.device:

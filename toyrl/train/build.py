@@ -5,7 +5,11 @@
 - "tinylm": TinyLM from the shipped BC checkpoint ``data/checkpoints/tinylm.pt``; "tinylm:PATH" from
   another checkpoint; "tinylm:scratch" randomly initialized (no warm start). Text in, text out
   through ``TextCodec``;
-- "hf:PATH": any local Hugging Face causal LM + tokenizer directory (``HFPolicy``), chat-style text.
+- "hf:PATH": any local Hugging Face causal LM + tokenizer directory (``HFPolicy``), chat-style text;
+- a zoo name ("smollm2"): the directory ``toyrl models fetch NAME`` wrote (``toyrl.policies.zoo``), as hf:PATH.
+
+Text policies take an instruction (``system``, before the first observation); hf policies LoRA adapters
+(``lora_r``, ``policy_kwargs``).
 
 ``autocast="bf16"`` runs the policy's forward passes under bf16 autocast (CPU or CUDA).
 """
@@ -15,8 +19,10 @@ from pathlib import Path
 from typing import Optional
 
 from ..policies.toy import PRESETS
+from ..policies.zoo import ZOO, resolve_model
 
-__all__ = ["build_policy", "policy_names", "is_policy_name", "check_policy_name"]
+__all__ = ["build_policy", "policy_names", "is_policy_name", "check_policy_name", "check_text_options",
+           "policy_kwargs", "is_hf_policy"]
 
 PRESETS_MAX_LEN = 192
 """the smallest context a toy preset gets"""
@@ -26,19 +32,22 @@ TEXT_MAX_NEW = {"tinylm": 8, "hf": 24}
 
 def policy_names() -> list[str]:
     """The valid values of ``--policy`` (patterns shown as such)."""
-    return sorted(PRESETS) + ["tinylm", "tinylm:scratch", "tinylm:PATH", "hf:PATH"]
+    return sorted(PRESETS) + ["tinylm", "tinylm:scratch", "tinylm:PATH"] + sorted(ZOO) + ["hf:PATH"]
 
 
 def check_policy_name(name: str) -> None:
     """ValueError saying what is wrong with the policy name ``name``, if anything: an unknown name
     (with the valid ones), or a ``tinylm:PATH`` / ``hf:PATH`` whose PATH does not exist locally (for
-    ``hf:``, also a PATH that is not a model directory with a ``config.json``).
+    ``hf:``, also a PATH that is not a model directory with a ``config.json``), or a zoo model not fetched yet.
 
     Example: "hf:/no/such/dir" -> "policy 'hf:/no/such/dir': path /no/such/dir does not exist".
     """
     if not isinstance(name, str):
         raise ValueError(f"policy must be a name (str), got {name!r}")
     if name in PRESETS or name == "tinylm:scratch":
+        return
+    if name in ZOO:
+        resolve_model(name)                    # "policy 'smollm2': not fetched (...); run `toyrl models fetch smollm2`"
         return
     if name == "tinylm":
         from ..policies.tinylm import DEFAULT_CHECKPOINT
@@ -90,7 +99,7 @@ def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 
         max_len = max(PRESETS_MAX_LEN, episode_token_bound(core, codec))        # the context grows with the turns
         return make_policy(name, codec.size, device, seed=seed, max_len=max_len), codec
     if think_max:                                     # text policies: room for free-text reasoning
-        kw["max_new"] = kw.get("max_new", TEXT_MAX_NEW[name.split(":")[0]]) + think_max
+        kw["max_new"] = kw.get("max_new", TEXT_MAX_NEW["hf" if is_hf_policy(name) else "tinylm"]) + think_max
     if name == "tinylm" or name.startswith("tinylm:"):
         from ..policies.tinylm import DEFAULT_CHECKPOINT, TinyLM
         path = name[len("tinylm:"):] if name.startswith("tinylm:") else str(DEFAULT_CHECKPOINT)
@@ -98,12 +107,43 @@ def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 
         policy = policy.to(device)
         policy.autocast_dtype = _dtype(autocast)
         return policy, policy.codec(**kw)
-    if name.startswith("hf:") and len(name) > 3:
+    if is_hf_policy(name):
         from ..policies.hf import HFPolicy
         codec_kw = {k: kw.pop(k) for k in ("render", "max_new", "system") if k in kw}
-        policy = HFPolicy.from_pretrained(name[3:], device=device, autocast=autocast, **kw)
+        path = resolve_model(name) if name in ZOO else name[3:]
+        policy = HFPolicy.from_pretrained(path, device=device, autocast=autocast, **kw)
         return policy, policy.codec(**codec_kw)
     raise ValueError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}")
+
+
+def is_hf_policy(name) -> bool:
+    """True for a Hugging Face policy's name: hf:PATH or a zoo model. Example: "smollm2" -> True, "tinylm" -> False."""
+    return isinstance(name, str) and (name in ZOO or (name.startswith("hf:") and len(name) > 3))
+
+
+def check_text_options(policy: str, system: str, lora_r: int) -> None:
+    """ValueError if ``system`` (an instruction: text policies only) or ``lora_r`` (LoRA adapters: hf policies
+    only) is set for a policy that cannot take it. Example: ("tiny", "Reply briefly.", 0) -> "system needs a text
+    policy (tinylm, hf:PATH or a zoo model), got policy='tiny'"."""
+    if not isinstance(system, str):
+        raise ValueError(f"system must be a string (an instruction), got {system!r}")
+    if system and policy in PRESETS:
+        raise ValueError(f"system needs a text policy (tinylm, hf:PATH or a zoo model), got policy={policy!r}")
+    if lora_r and not is_hf_policy(policy):
+        raise ValueError(f"lora_r needs an hf policy (hf:PATH or a zoo model: {', '.join(ZOO)}), got policy={policy!r}")
+
+
+def policy_kwargs(cfg) -> dict:
+    """The keywords ``build_policy`` gets from a TrainConfig besides its own arguments: the instruction
+    (``system``) of a text policy and the LoRA adapters (``lora_r``, alpha = 2 r) of an hf policy.
+    Example: TrainConfig(policy="smollm2", system="Be brief.", lora_r=8) -> {"system": "Be brief.",
+    "lora": {"r": 8, "alpha": 16}}; a toy preset -> {}."""
+    kw = {}
+    if cfg.system:
+        kw["system"] = cfg.system
+    if cfg.lora_r:
+        kw["lora"] = {"r": int(cfg.lora_r), "alpha": 2 * int(cfg.lora_r)}
+    return kw
 
 
 def _dtype(autocast: Optional[str]):

@@ -21,7 +21,7 @@ from ..credit import ESTIMATORS, NEEDS
 from ..envs import ENVS, make_core
 from ..filters import FILTERS, loop_abs_adv, starpo_s, t2po_resample, void_turn, zero_variance
 from ..objectives import CLIP_SCHEMES
-from .build import check_policy_name
+from .build import check_policy_name, check_text_options
 from ..policies.toy import PRESETS
 from .kwargs import KWARG_RANGES, _is_number, _kind, check_kwargs, in_interval, keywords
 from .trackers import check_logger
@@ -44,10 +44,16 @@ class TrainConfig:
     env_kwargs: dict = field(default_factory=dict)
     """arguments of the env core (e.g. {"map_name": "4x4", "slip": 0.1})"""
     policy: str = "tiny"
-    """policy name: a toy transformer preset (tiny | small | base), tinylm[:PATH] (a text policy) or
-    hf:PATH (a local Hugging Face causal LM); see toyrl.train.build"""
+    """policy name: a toy transformer preset (tiny | small | base), tinylm[:PATH] (a text policy), hf:PATH (a local
+    Hugging Face causal LM) or a zoo model (smollm2: `toyrl models fetch smollm2` first); see toyrl.train.build"""
     autocast: Optional[str] = None
     """None or "bf16": autocast the forwards of tinylm / hf policies"""
+    system: str = ""
+    """an instruction put before the first observation of a text policy (tinylm, hf:PATH, smollm2), e.g. "Reply
+    with pull[N] and nothing else."; a real LLM needs one to know the reply format (toy presets: must be empty)"""
+    lora_r: int = 0
+    """LoRA rank of an hf policy (hf:PATH, smollm2): only rank-r adapters on every linear layer train (alpha = 2 r,
+    needs peft: pip install 'toyrl[lora]'); 0: every weight trains"""
     n_think: int = 2
     """distinct reasoning tokens in the toy vocabulary"""
     think_max: int = 0
@@ -155,8 +161,9 @@ class TrainConfig:
     """discount of the critic's Monte Carlo return targets"""
     bc_steps: int = 0
     """behaviour-cloning steps on expert demonstrations before RL"""
-    bc_lr: float = 3e-3
-    """learning rate of behaviour cloning"""
+    bc_lr: Optional[float] = None
+    """learning rate of behaviour cloning; None: the policy's own (toyrl.train.bc.BC_LR: 3e-3 for toy presets and
+    TinyLM, 1e-4 for a pretrained hf policy, 1e-3 for its LoRA adapters)"""
     bc_noise: float = 0.0
     """an imperfect teacher: with this probability behaviour cloning's planner plays a uniformly random action instead
     of its own (toyrl.envs.experts.noisy_expert), so the clone starts with a per-turn error rate; planner demos only"""
@@ -228,6 +235,7 @@ class TrainConfig:
                              "used, and with bc_steps=0 there is none); set bc_steps or bc_optimizer='fresh'")
         if self.think_min > self.think_max:
             raise ValueError(f"think_min must be <= think_max={self.think_max}, got {self.think_min}")
+        check_text_options(self.policy, self.system, self.lora_r)   # system / lora_r need a text / hf policy
         if (self.tti_delta or self.think_min) and self.policy not in PRESETS:
             raise ValueError("tti_delta and think_min need a toy policy preset "
                              f"({', '.join(PRESETS)}); text policies have no END token")
@@ -336,7 +344,7 @@ RANGES = {"group_size": "[1, 4096]", "prompts_per_step": "[1, 4096]", "steps": "
           "staleness": "[0, 1000]", "eval_every": "[0, 1e7]", "eval_episodes": "[1, 65536]", "context_k": "[1, 1e4]",
           "tti_delta": "[0, 10]", "tti_window": "[1, 256]", "tti_min_think": "[0, 256]", "t2po_eta": "[0, 10]",
           "kl_coef": "[0, 1e6]", "grad_clip": "[0, 1e9]", "bc_steps": "[0, 1e6]", "bc_noise": "[0, 1]", "max_turns": "[1, 1e4]",
-          "lr_warmup": "[0, 1e7]",
+          "lr_warmup": "[0, 1e7]", "lora_r": "[0, 4096]",
           "lr": "(0, inf)", "critic_lr": "(0, inf)", "bc_lr": "(0, inf)", "entropy_coef": "[0, 1e6]",
           "temperature": "(0, inf)", "critic_gamma": "[0, 1]", "seed": "[0, 1e18]"}
 """field -> its valid interval ("(" / ")" exclude the bound; an Optional field may also be None)"""
