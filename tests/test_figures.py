@@ -192,6 +192,37 @@ def test_claim_png_is_wide_with_readable_text_and_redraw_changes_only_it(tmp_pat
     assert sizes and min(sizes) >= 10.0
 
 
+def test_png_bytes_is_a_palette_png_of_the_same_picture():
+    """``style.png_bytes``: a palette PNG of the figure's size, far fewer bytes than matplotlib's RGBA, every pixel
+    within a few levels of its colour (a heatmap of 200 shades, text and lines: more than 256 colours)."""
+    from PIL import Image
+    with style.figure_style("slides"):
+        fig, ax = style.subplots(size=style.figsize(10, 4))
+    ax.imshow(np.linspace(-1, 1, 200).reshape(10, 20), cmap="RdBu_r")
+    ax.plot([0, 19], [0, 9], "k-")
+    ax.set_title("a heatmap with a line")
+    fig.canvas.draw()
+    raw, small = saved_png(fig), style.png_bytes(fig)
+    assert png_size(small) == png_size(raw) and png_size(small)[0] >= 1600
+    pal = Image.open(io.BytesIO(small))
+    assert pal.mode == "P" and len(pal.getcolors(1 << 16)) <= 256 < len(Image.open(io.BytesIO(raw)).getcolors(1 << 24))
+    assert len(small) < 0.6 * len(raw)
+    diff = np.abs(np.asarray(pal.convert("RGB"), int) - np.asarray(Image.open(io.BytesIO(raw)).convert("RGB"), int))
+    assert diff.mean() < 1.0 and diff.max() <= 24, (diff.mean(), diff.max())
+    with pytest.raises(ValueError, match=r"colors must be an integer in \[2, 256\], got 300"):
+        style.png_bytes(fig, colors=300)
+    matplotlib.pyplot.close(fig)
+
+
+def test_claim_png_is_a_palette_png():
+    """A claim's PNG as written (``write_figure``): a palette PNG >= 1600 px wide."""
+    from PIL import Image
+    from toyrl.lab.claims import SHIPPED_DIR
+    for path in (SHIPPED_DIR / "env_mask.png", SHIPPED_DIR / "heldout" / "env_mask.png"):
+        im = Image.open(path)
+        assert im.mode == "P" and im.size[0] >= 1600, (path, im.mode, im.size)
+
+
 def test_seed_band_line_and_band_share_one_legend_entry():
     import matplotlib.pyplot as plt
     from toyrl.lab.claims.report import seed_band

@@ -1,20 +1,27 @@
 """Run trackers (toyrl.train.trackers): a shipped run log exported to TensorBoard reads back, through TensorBoard's
 own event reader, as the same steps and values (float32), its config as hyperparameters and its per-turn lists as
 one series per turn index; a short Trainer run with logger="tensorboard" writes events as it goes; wandb logs
-offline without a network; bad names and bad logs are one-line errors (exit 2 at the CLI)."""
+offline without a network, and its .wandb run file reads back as the run log's steps, values and config; trackio
+writes where logger_dir says; bad names and bad logs are one-line errors (exit 2 at the CLI)."""
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import json
+import os
 import shutil
+import struct
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from toyrl.train import RunLog, TrainConfig, Trainer
-from toyrl.train.trackers import (TensorBoardTracker, WandbTracker, check_logger, export, hparams, run_names,
-                                  scalars, tracker_folder)
+from toyrl.train.trackers import (TensorBoardTracker, TrackioTracker, WandbTracker, check_logger, export, hparams,
+                                  run_names, scalars, tracker_folder)
 
 ROOT = Path(__file__).resolve().parents[1]
 ECHO = ROOT / "data" / "runs" / "echo_trap" / "grpo_s0.jsonl"                      # a header, 120 rows of scalars
@@ -184,37 +191,147 @@ def offline_wandb(tmp_path, monkeypatch):
     return tmp_path
 
 
-def offline_run_file(folder: Path) -> bytes:
-    """The bytes of the one offline run's .wandb file under ``folder``/wandb."""
+def offline_records(folder: Path) -> list:
+    """The records of the one offline run's .wandb file under ``folder``/wandb, parsed with wandb's own protobuf
+    ``Record``. The file is a LevelDB-style log: a 7-byte header (":W&B", magic, version), then 32 KiB blocks of
+    chunks, each a 7-byte header (checksum, little-endian length, type) and its bytes; a block's last < 7 bytes are
+    padding; a record is one FULL chunk (type 1) or FIRST, MIDDLE..., LAST (types 2, 3..., 4)."""
+    from wandb.proto.wandb_internal_pb2 import Record
     files = list((folder / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1, files
-    return files[0].read_bytes()
+    data = files[0].read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, chunks, records = 7, 32768, [], []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:
+            pos += block - pos % block
+            continue
+        length, kind = struct.unpack_from("<HB", data, pos + 4)
+        chunks.append(data[pos + 7:pos + 7 + length])
+        pos += 7 + length
+        if kind in (1, 4):
+            records.append(Record.FromString(b"".join(chunks)))
+            chunks = []
+    return records
+
+
+def wandb_history(records) -> dict:
+    """step -> {series: value} of the run's history records (wandb's own _step, _runtime, _timestamp left out)."""
+    out = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            out[r.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
+    return out
+
+
+def wandb_config(records) -> dict:
+    """The run's config, as wandb stored it with the run record (its own _wandb key left out)."""
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    return {i.key: json.loads(i.value_json) for i in run.config.update if i.key != "_wandb"}
+
+
+def assert_history_is_the_log(history: dict, log) -> None:
+    """Every step of the run log in wandb's history, with exactly its scalars (same names, same float values)."""
+    assert sorted(history) == [r["step"] for r in log.rows]
+    for row in log.rows:
+        want, got = scalars(row), history[row["step"]]
+        assert sorted(got) == sorted(want), row["step"]
+        np.testing.assert_array_equal([got[k] for k in sorted(want)], [want[k] for k in sorted(want)])
 
 
 def test_wandb_logs_offline_from_the_trainer(offline_wandb):
-    Trainer(TrainConfig(**TINY, logger="wandb", logger_dir=str(offline_wandb / "wb")),
-            str(offline_wandb / "run.jsonl")).run()
-    data = offline_run_file(offline_wandb / "wb")
-    assert b"reward_mean" in data and b"clip_frac/turn_0" in data and b"bandit_chain" in data
+    log = Trainer(TrainConfig(**TINY, logger="wandb", logger_dir=str(offline_wandb / "wb")),
+                  str(offline_wandb / "run.jsonl")).run()
+    records = offline_records(offline_wandb / "wb")
+    history = wandb_history(records)
+    assert_history_is_the_log(history, log)
+    assert [history[s]["reward_mean"] for s in (0, 1)] == list(log.column("reward_mean"))
+    H = len(log.rows[0]["clip_frac_turn"])
+    assert [history[1][f"clip_frac/turn_{h}"] for h in range(H)] == log.rows[1]["clip_frac_turn"]
+    cfg = wandb_config(records)
+    assert cfg["env"] == "bandit_chain" and cfg["steps"] == 2 and cfg["logger"] == "wandb"
 
 
 def test_cli_export_to_wandb_is_offline(offline_wandb, monkeypatch):
     monkeypatch.delenv("WANDB_MODE")                                # export writes offline by itself
     from toyrl.cli.commands import main
     assert main(["export", str(SMALL_LLM), "--to", "wandb", str(offline_wandb / "wb")]) == 0
-    data = offline_run_file(offline_wandb / "wb")
-    assert b"grid4x4_bc_grpo__seed0" in data and b"ratio_max/turn_5" in data
+    records, log = offline_records(offline_wandb / "wb"), RunLog.load(SMALL_LLM)
+    history = wandb_history(records)
+    assert_history_is_the_log(history, log)
+    assert [history[r["step"]]["ratio_max/turn_5"] for r in log.rows] == [r["ratio_max_turn"][5] for r in log.rows]
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert run.display_name == "grid4x4_bc_grpo__seed0"
 
 
-# ---- trackio: only where it is installed (not in [dev]) -------------------------------------------------
-def test_trackio_stores_the_rows(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))        # read when trackio is first imported
-    pytest.importorskip("trackio")
-    from trackio.sqlite_storage import SQLiteStorage
-    export([ECHO], "trackio")
-    logs = SQLiteStorage.get_logs("toyrl", "grpo_s0")
-    assert [r["step"] for r in logs] == list(range(120))
-    assert logs[5]["reward_mean"] == RunLog.load(ECHO).rows[5]["reward_mean"]
+def test_exported_wandb_config_is_the_header(offline_wandb):
+    export([ECHO], "wandb", offline_wandb / "wb")
+    records, log = offline_records(offline_wandb / "wb"), RunLog.load(ECHO)
+    assert wandb_config(records) == json.loads(json.dumps(log.config, default=str))
+    assert_history_is_the_log(wandb_history(records), log)
+
+
+# ---- trackio: its folder (a stand-in module), and the real one only where it is installed (not in [dev]) ---
+@pytest.fixture
+def fake_trackio(monkeypatch):
+    """A stand-in ``trackio`` module that records $TRACKIO_DIR when a run starts, and the steps it is given;
+    trackio.utils not imported yet, $TRACKIO_DIR restored afterwards."""
+    seen: dict = {"steps": []}
+    fake = types.ModuleType("trackio")
+    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)            # found by check_logger
+    fake.init = lambda project, name, config: seen.update(dir=os.environ["TRACKIO_DIR"], name=name, config=config)
+    fake.log = lambda row, step: seen["steps"].append(step)
+    fake.finish = lambda: seen.update(finished=True)
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    monkeypatch.delitem(sys.modules, "trackio.utils", raising=False)
+    monkeypatch.setenv("TRACKIO_DIR", "not-this-one")                  # so the tracker's setting is undone
+    return seen
+
+
+def test_trackio_is_pointed_at_logger_dir_before_its_import(fake_trackio, tmp_path):
+    assert export([ECHO], "trackio", tmp_path / "tr") == ["grpo_s0"]
+    assert fake_trackio["dir"] == str((tmp_path / "tr").resolve()) and fake_trackio["name"] == "grpo_s0"
+    assert fake_trackio["steps"] == list(range(120)) and fake_trackio["finished"]
+
+
+def test_trackio_default_folder_is_beside_the_run_log(fake_trackio, tmp_path):
+    Trainer(TrainConfig(**TINY, logger="trackio"), str(tmp_path / "run.jsonl")).run()
+    assert fake_trackio["dir"] == str((tmp_path / "trackio").resolve()) and fake_trackio["steps"] == [0, 1]
+
+
+def test_trackio_imported_for_another_folder_is_a_value_error(fake_trackio, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "trackio.utils", types.SimpleNamespace(TRACKIO_DIR=tmp_path / "a"))
+    TrackioTracker(tmp_path / "a", "run")                                        # the same folder is fine
+    with pytest.raises(ValueError, match=r"logger_dir: trackio already writes to .*a in this process"):
+        TrackioTracker(tmp_path / "b", "run")
+    with pytest.raises(ValueError, match="one trackio folder per process"):
+        Trainer(TrainConfig(**TINY, logger="trackio", logger_dir=str(tmp_path / "b")))
+    assert "dir" not in fake_trackio and not (tmp_path / "b").exists()
+
+
+READ_TRACKIO = ("import json, sys; from toyrl.train.trackers import export;"
+                "export([sys.argv[1]], 'trackio', sys.argv[2]);"
+                "from trackio.sqlite_storage import SQLiteStorage;"
+                "print(json.dumps(SQLiteStorage.get_logs('toyrl', 'grpo_s0'), default=str))")
+
+
+def test_real_trackio_writes_where_logger_dir_says(tmp_path):
+    if importlib.util.find_spec("trackio") is None:
+        pytest.skip("trackio is not installed (pip install 'toyrl[trackio]')")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "TRACKIO_DIR": str(tmp_path / "not-here"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRACKIO_PROJECT", None)
+    out = subprocess.run([sys.executable, "-c", READ_TRACKIO, str(ECHO), str(tmp_path / "tr")], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "tr" / "toyrl.db").is_file()
+    assert not (tmp_path / "hf" / "trackio").exists() and not (tmp_path / "not-here").exists()
+    logs, log = json.loads(out.stdout.strip().splitlines()[-1]), RunLog.load(ECHO)
+    assert [r["step"] for r in logs] == [r["step"] for r in log.rows] == list(range(120))
+    for got, row in zip(logs, log.rows):
+        want = scalars(row)
+        assert {k: got[k] for k in want} == want
 
 
 # ---- the command line --------------------------------------------------------------------------------

@@ -199,7 +199,8 @@ class TrainConfig:
     tensorboard | wandb | trackio (each an extra: pip install 'toyrl[tensorboard]'); the JSON-lines log stays the
     record; see toyrl.train.trackers"""
     logger_dir: Optional[str] = None
-    """the folder the tracker writes to (None: beside the run log, <its folder>/<logger>; runs/<logger> without one)"""
+    """the folder the tracker writes to (None: beside the run log, <its folder>/<logger>; runs/<logger> without one);
+    trackio: sets $TRACKIO_DIR to it before trackio's first import, one trackio folder per process"""
     progress: Optional[bool] = None
     """tqdm progress bar (None: only when stderr is a terminal)"""
 

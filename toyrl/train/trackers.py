@@ -26,8 +26,10 @@ Each backend is an optional extra, imported only when a run opens it (``pip inst
   event files, as the rerun replaces its run log.
 - wandb: ``<folder>/wandb/<run>/``, project ``$WANDB_PROJECT`` or ``toyrl``, in wandb's own mode (``WANDB_MODE``:
   ``offline`` needs no account and no network; ``wandb sync`` uploads later).
-- trackio: trackio's local store (``$TRACKIO_DIR``, trackio's default otherwise), project ``$TRACKIO_PROJECT`` or
-  ``toyrl``; ``trackio show`` opens it.
+- trackio: ``<folder>/<project>.db`` (trackio's local store), project ``$TRACKIO_PROJECT`` or ``toyrl``. trackio
+  has no folder argument: it reads ``$TRACKIO_DIR`` once, when first imported, so the tracker sets ``$TRACKIO_DIR``
+  to the folder just before that import (and leaves it set); one Python process therefore writes one trackio folder,
+  and a tracker for another folder is a ValueError. ``TRACKIO_DIR=<folder> trackio show`` opens it.
 
 ``export(paths, "tensorboard", "tb")`` sends logs already written (``toyrl export RUN.jsonl --to tensorboard tb``;
 without a folder, ``runs/<backend>``). The run name is the log file's name without ``.jsonl`` (``run_names``).
@@ -37,11 +39,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
 __all__ = ["TRACKERS", "LOGGERS", "scalars", "hparams", "check_logger", "tracker_folder", "make_tracker",
-           "open_tracker", "run_names", "export", "TensorBoardTracker", "WandbTracker", "TrackioTracker"]
+           "open_tracker", "run_names", "export", "trackio_dir", "TensorBoardTracker", "WandbTracker", "TrackioTracker"]
 
 HPARAM_METRICS = ("reward_mean", "success_rate", "eval_success_rate")
 """the series TensorBoard's HParams tab lists beside each run's hyperparameters"""
@@ -160,15 +163,35 @@ class WandbTracker:
             self.run = None
 
 
+def trackio_dir() -> Optional[Path]:
+    """The folder trackio writes to in this process, fixed when trackio was first imported (None: not imported yet,
+    or a trackio that does not say). Example: after TRACKIO_DIR=tr python -c "import trackio" -> Path("tr")."""
+    utils = sys.modules.get("trackio.utils")
+    where = getattr(utils, "TRACKIO_DIR", None)
+    return None if where is None else Path(where)
+
+
+def _check_trackio_dir(folder: Path) -> None:
+    where = trackio_dir()
+    if where is not None and where.resolve() != folder:
+        raise ValueError(f"logger_dir: trackio already writes to {where} in this process (it reads $TRACKIO_DIR once, "
+                         f"at import), so it cannot also write to {folder}; use one trackio folder per process")
+
+
 class TrackioTracker:
-    """A trackio run in trackio's local store (``$TRACKIO_DIR``); ``folder`` is not used."""
+    """A trackio run in ``<folder>/<project>.db``: ``$TRACKIO_DIR`` is set to ``folder`` before trackio is first
+    imported (trackio's only way to choose its folder); a ``folder`` other than the one trackio was imported with
+    is a ValueError, when the tracker is made and again when it opens."""
 
     extra, package = "trackio", "trackio"
 
     def __init__(self, folder, name: str):
-        self.name, self.trackio = name, None
+        self.folder, self.name, self.trackio = Path(folder).resolve(), name, None
+        _check_trackio_dir(self.folder)
 
     def open(self, config: dict) -> None:
+        _check_trackio_dir(self.folder)
+        os.environ["TRACKIO_DIR"] = str(self.folder)          # read by trackio.utils when first imported
         try:
             import trackio
         except ImportError:

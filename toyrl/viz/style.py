@@ -12,6 +12,10 @@ every label.
     fig = credit_panel(style="slides")                    # the same for one call (a function wrapped in @styled)
     fig.savefig("credit.png")                             # >= 1600 px wide, the 16 pt text 22 px tall
 
+A figure stored in the repository is saved with ``png_bytes``: at most 256 colours in a palette PNG, about a
+third of the bytes of matplotlib's RGBA (a 1600 px figure has ~8x the pixels of a 600 px one, and its antialiased
+edges thousands of distinct colours), with no visible change at these sizes.
+
 A style is a set of rcParams (``rc``), a figure-size scale (``figsize``) and a minimum width in pixels
 (``figure_dpi``: the dpi a figure of a given width is made at to reach it; ``subplots`` makes figures with it). The active style lives in a context variable, set only
 by ``figure_style``; with no ``figure_style`` around, it is ``"notebook"``.
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 __all__ = ["FigureStyle", "STYLES", "ROLES", "get_style", "rc", "figure_style", "figsize", "font_size", "figure_dpi", "subplots",
-           "styled"]
+           "styled", "png_bytes"]
 
 
 @dataclass(frozen=True)
@@ -154,3 +158,25 @@ def styled(fn: Callable) -> Callable:
     cut = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
     wrapper.__signature__ = sig.replace(parameters=params[:cut] + [extra] + params[cut:])
     return wrapper
+
+
+def png_bytes(fig, colors: int = 256) -> bytes:
+    """The PNG bytes of ``fig`` in a palette of at most ``colors`` colours (Pillow's maximum-coverage quantizer,
+    no dithering, so flat areas stay flat), saved with ``optimize``; an opaque figure is quantized as RGB, one
+    with any transparency as RGBA.
+
+    Example: a 1605 x 615 px claim figure (env_mask) -> 53 kB, against 164 kB as matplotlib's RGBA; the same
+    pixel size, each pixel within 5 of its colour per channel (of 255).
+    """
+    import io
+    from PIL import Image
+    if not 2 <= colors <= 256:
+        raise ValueError(f"colors must be an integer in [2, 256], got {colors!r}")
+    raw = io.BytesIO()
+    fig.savefig(raw, format="png")
+    im = Image.open(raw)
+    im = im.convert("RGB") if im.mode == "RGBA" and im.getchannel("A").getextrema() == (255, 255) else im
+    pal = im.quantize(colors, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    pal.save(out, format="png", optimize=True)
+    return out.getvalue()
