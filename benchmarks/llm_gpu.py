@@ -15,11 +15,18 @@ to 5 turns, last_k context) through ``toyrl.train.Trainer``; prints the median t
 rollout (generated tokens / rollout time) and of the update (generated tokens / recompute +
 backward time, per policy token trained). Without CUDA (and without ``--device cpu``) it prints
 a message and exits with code 0.
+
+SmolLM2 (``--smollm2``; needs ``toyrl models fetch smollm2`` first): notebook 9's pair run of the real pretrained
+LLM (``toyrl.viz.small_llm.run_pair``: bandit_chain, P=2 x G=4, 8 LoRA BC steps, then GRPO) for ``--smollm2-steps``
+steps (default 100) on the device, LoRA r 8 and every weight in full, each stored as
+``OUT/pair_smollm2_gpu[_full]__seed0.json`` (``--out``, default ``data/runs/small_llm``), and what a step and 100
+steps cost. The device machines reach no package index: the model directory must be there already.
 """
 import argparse
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -115,11 +122,40 @@ def bench(policy: str, device: str, autocast, steps: int) -> dict:
             "update_tok_s": med(r["tokens_generated"] / (r["time_recompute"] + r["time_update"]) for r in rows)}
 
 
+def bench_smollm2(device: str, steps: int, out_dir: str) -> list:
+    """notebook 9's SmolLM2 pair run on ``device``, with LoRA and in full; prints per-step seconds and the cost of
+    100 steps; returns the records (empty, saying why, when the model is not fetched)."""
+    from toyrl.policies.zoo import is_fetched, missing_message
+    from toyrl.viz.small_llm import run_pair
+    if not is_fetched("smollm2"):
+        print(f"SmolLM2 skipped: {missing_message('smollm2')}")
+        return []
+    out = []
+    for tag, lora_r in (("", 8), ("_full", 0)):
+        rec = run_pair("smollm2", steps=steps, out_dir=out_dir, name=f"pair_smollm2_gpu{tag}", device=device,
+                       lora_r=lora_r)
+        rows = rec["rows"][1:] or rec["rows"]                            # the first step warms the kernels up
+        gen = statistics.median(r["time_rollout"] for r in rows)
+        upd = statistics.median(r["time_recompute"] + r["time_update"] for r in rows)
+        mem = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+        print(f"SmolLM2 {'LoRA r 8' if lora_r else 'full'} on {device}: format-valid "
+              f"{rec['warm']['valid_before']:.2f} -> {rec['warm']['valid_after']:.2f} after BC; per step "
+              f"generation {gen:.2f} s, update {upd:.2f} s; 100 steps {100 * (gen + upd) / 60:.1f} min; "
+              f"success last 10 steps {statistics.mean(r['success_rate'] for r in rec['rows'][-10:]):.2f}; "
+              f"peak memory {mem:.1f} GiB")
+        out.append(rec)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--small", action="store_true", help="a 2-layer HF model instead of ~100M parameters")
+    p.add_argument("--smollm2", action="store_true", help="also notebook 9's SmolLM2 pair run (model fetched)")
+    p.add_argument("--smollm2-steps", type=int, default=100, help="GRPO steps of each SmolLM2 run")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data" / "runs" / "small_llm"),
+                   help="where the SmolLM2 runs are written")
     a = p.parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device here: nothing to measure (run with --device cpu --small for a functional check)")
@@ -138,6 +174,8 @@ def main(argv=None):
                       f"({r['rollout_tok_s']:.0f} generated tokens/s), update {r['update_s']:.2f} s "
                       f"({r['update_tok_s']:.0f} policy tokens/s); "
                       f"{a.steps + 1} steps in {time.perf_counter() - t:.1f} s")
+    if a.smollm2:
+        bench_smollm2(a.device, a.smollm2_steps, a.out)
     return 0
 
 

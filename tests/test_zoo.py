@@ -18,7 +18,7 @@ from toyrl.lab.bench import smollm2 as bench
 from toyrl.policies import zoo
 from toyrl.policies.hf import HFTokenizer, model_token_ids, special_ids, system_head
 from toyrl.train import TrainConfig
-from toyrl.train.bc import BC_LR, bc_learning_rate
+from toyrl.train.optim import BC_LR, LR, bc_learning_rate, learning_rate, resolve_rates
 from toyrl.train.build import check_policy_name, check_text_options, policy_kwargs, policy_names
 
 transformers = pytest.importorskip("transformers")
@@ -226,6 +226,34 @@ def test_bc_learning_rate_by_policy():
     assert bc_learning_rate(TrainConfig(policy="smollm2")) == BC_LR["hf"] == 1e-4
     assert bc_learning_rate(TrainConfig(policy="hf:/m", lora_r=8)) == BC_LR["hf_lora"] == 1e-3
     assert bc_learning_rate(TrainConfig(policy="smollm2", bc_lr=5e-5)) == 5e-5
+
+
+def test_rl_learning_rate_by_policy():
+    """RL's rate follows the policy like BC's: a pretrained model gets steps 300x smaller than a toy's."""
+    assert learning_rate(TrainConfig(policy="tiny")) == learning_rate(TrainConfig(policy="tinylm")) == LR["scratch"]
+    assert LR["scratch"] == 3e-3
+    assert learning_rate(TrainConfig(policy="smollm2")) == LR["hf"] == 1e-5
+    assert learning_rate(TrainConfig(policy="hf:/m", lora_r=8)) == LR["hf_lora"] == 1e-4
+    assert learning_rate(TrainConfig(policy="smollm2", lr=2e-6)) == 2e-6
+    cfg = resolve_rates(TrainConfig(policy="smollm2", lora_r=4, bc_lr=5e-4))
+    assert (cfg.lr, cfg.bc_lr) == (1e-4, 5e-4)
+    done = resolve_rates(TrainConfig(lr=1e-3, bc_lr=1e-3))
+    assert resolve_rates(done) is done
+
+
+def test_trainer_logs_the_resolved_rates(tmp_path):
+    """The Trainer's config (and so the run log's header) holds the rates it used, and its AdamW uses lr."""
+    from toyrl.train import Trainer
+    tok = word_tokenizer(chat=True)
+    model = tiny_llama(len(tok), bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    tr = Trainer(TrainConfig(env="bandit_chain", policy=f"hf:{tmp_path}", steps=1, group_size=2, prompts_per_step=1,
+                             progress=False))
+    assert (tr.cfg.lr, tr.cfg.bc_lr) == (LR["hf"], BC_LR["hf"])
+    assert [g["lr"] for g in tr.opt.param_groups] == [LR["hf"]]
+    toy = Trainer(TrainConfig(steps=1, group_size=2, prompts_per_step=1, progress=False))
+    assert (toy.cfg.lr, toy.cfg.bc_lr) == (3e-3, 3e-3)
 
 
 def test_system_reaches_the_trainers_codec(tmp_path):

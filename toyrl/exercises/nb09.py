@@ -51,3 +51,16 @@ def check_warm_start(answer):
     if abs(float(answer) - want) < 1e-6:
         return True, f"{want:.3f}: without the warm start almost every reply is void, so every reward is 0"
     return False, "average `success_rate` over rows[-5:] of each run (a list of dicts), then subtract"
+
+
+@exercise("09.pair_valid")
+def check_pair_valid(answer):
+    """answer: (TinyLM's, SmolLM2's) lowest format_valid_rate over the RL rows of the stored pair runs."""
+    from ..viz.small_llm import load_pair
+    pair = load_pair()
+    want = [min(r["format_valid_rate"] for r in pair[p]["rows"]) for p in ("tinylm", "smollm2")]
+    got = [float(a) for a in answer]
+    if len(got) == 2 and np.allclose(got, want, atol=1e-6):
+        return True, (f"TinyLM falls to {want[0]:.2f} of its turns valid, SmolLM2 never below {want[1]:.2f}: "
+                      "the warm start's format lasts only in the pretrained model")
+    return False, "take min over rows of r['format_valid_rate'] for pair['tinylm'] and pair['smollm2'], in that order"

@@ -35,7 +35,7 @@ import numpy as np
 from ..collapse import RULE, classify
 from ..policies.toy import PRESETS
 from ..train import TrainConfig
-from ..train.bc import bc_learning_rate
+from ..train.optim import resolve_rates
 from ..train.runlog import encode
 from .claims import CLAIMS
 from .claims.spec import SERIES_KEYS, smooth
@@ -183,9 +183,10 @@ def _plain(v):
 def _resolved(config: dict) -> dict:
     """``config`` as the Trainer logs it: a toy policy's context None is written as "full" (``resolve_context``;
     logs written before that kept None, so both read the same)."""
-    if config.get("bc_lr", 0) is None:                      # None: the policy's own rate, as the Trainer logs it
-        config = {**config, "bc_lr": bc_learning_rate(TrainConfig(policy=config.get("policy", "tiny"),
-                                                                  lora_r=config.get("lora_r", 0)))}
+    if config.get("lr", 0) is None or config.get("bc_lr", 0) is None:     # None: the policy's own rates, as logged
+        own = resolve_rates(TrainConfig(policy=config.get("policy", "tiny"), lora_r=config.get("lora_r", 0),
+                                        lr=config.get("lr"), bc_lr=config.get("bc_lr")))
+        config = {**config, "lr": own.lr, "bc_lr": own.bc_lr}
     if config.get("context") is None and config.get("policy", "tiny") in PRESETS:
         return {**config, "context": "full"}
     return config

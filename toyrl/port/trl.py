@@ -26,6 +26,8 @@ What a TrainConfig means on multi-turn structure has no TRL keyword, and ``grpo_
 """
 from __future__ import annotations
 
+from ..train.optim import learning_rate
+
 __all__ = ["grpo_config", "TRL_AGG"]
 
 TRL_AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum": "luspo",
@@ -113,7 +115,7 @@ def grpo_config(train_config) -> dict:
     if bad:
         raise ValueError("TRL's GRPOTrainer cannot express: " + "; ".join(bad))
     out.update(beta=float(cfg.kl_coef) if cfg.kl else 0.0, num_generations=cfg.group_size,
-               temperature=cfg.temperature, num_iterations=cfg.ppo_epochs, learning_rate=cfg.lr,
+               temperature=cfg.temperature, num_iterations=cfg.ppo_epochs, learning_rate=learning_rate(cfg),
                max_grad_norm=cfg.grad_clip if cfg.grad_clip else 1e9, entropy_coef=cfg.entropy_coef,
                max_steps=cfg.steps, seed=cfg.seed)
     return out

@@ -100,8 +100,9 @@ class TrainConfig:
     """passes over each batch"""
     minibatches: int = 1
     """optimizer updates per pass: the batch's rows split into this many minibatches"""
-    lr: float = 3e-3
-    """AdamW learning rate"""
+    lr: Optional[float] = None
+    """RL's AdamW learning rate; None: the policy's own (toyrl.train.optim.LR: 3e-3 for toy presets and TinyLM, 1e-5
+    for a pretrained hf policy, 1e-4 for its LoRA adapters)"""
     grad_clip: float = 1.0
     """max gradient norm (0: no clipping; the norm is logged either way)"""
     entropy_coef: float = 0.0
@@ -162,7 +163,7 @@ class TrainConfig:
     bc_steps: int = 0
     """behaviour-cloning steps on expert demonstrations before RL"""
     bc_lr: Optional[float] = None
-    """learning rate of behaviour cloning; None: the policy's own (toyrl.train.bc.BC_LR: 3e-3 for toy presets and
+    """learning rate of behaviour cloning; None: the policy's own (toyrl.train.optim.BC_LR: 3e-3 for toy presets and
     TinyLM, 1e-4 for a pretrained hf policy, 1e-3 for its LoRA adapters)"""
     bc_noise: float = 0.0
     """an imperfect teacher: with this probability behaviour cloning's planner plays a uniformly random action instead

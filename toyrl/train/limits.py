@@ -38,11 +38,7 @@ def position_limit(policy, codec) -> Optional[tuple]:
 
 def resolve_context(cfg, policy):
     """``cfg`` itself if it names a context; else a copy with the policy's own ``(context, context_k)``
-    (``policy.trained_context``, e.g. ("last_k", 1) of the shipped TinyLM checkpoint) or ``full``. A ``bc_lr``
-    of None becomes the policy's own too (``toyrl.train.bc.bc_learning_rate``), so the run log records the rate."""
-    from .bc import bc_learning_rate
-    if cfg.bc_lr is None:
-        cfg = replace(cfg, bc_lr=bc_learning_rate(cfg))
+    (``policy.trained_context``, e.g. ("last_k", 1) of the shipped TinyLM checkpoint) or ``full``."""
     if cfg.context is not None:
         return cfg
     own = getattr(policy, "trained_context", None)

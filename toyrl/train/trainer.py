@@ -44,7 +44,7 @@ from ..credit import ESTIMATORS, warn_group_size, warn_zero_variance
 from .credit_models import CreditModels
 from ..envs.experts import DEMO_CONFIGS, expert_memo, load_demos, noisy_expert
 from ..policies.scripted import ScriptedPolicy, replay_chooser
-from .bc import bc_learning_rate, bc_loss
+from .bc import bc_loss
 from .warmstart import apply_warmstart, load_warmstart
 from ..diagnostics import pool_loss_stats, stability_report
 from ..envs import make_core
@@ -56,7 +56,7 @@ from ..rollout.engine import Rollout, Sampling, recompute_logp, rollout
 from ..rollout.engines import make_engine, sync_engine
 from ..rollout.mismatch import mismatch_row
 from ..objectives.rollout_correction import correction_stats, rollout_correction
-from .optim import update_norm, warmup_lr
+from .optim import resolve_rates, update_norm, warmup_lr
 from .runlog import RunLog
 from .trackers import open_tracker
 from ..codecs.toy import ThinkingIntervention
@@ -109,7 +109,7 @@ class Trainer:
         self.policy, self.codec = build_policy(cfg.policy, self.core, self.device, n_think=cfg.n_think,
                                                think_max=cfg.think_max, think_min=cfg.think_min,
                                                autocast=cfg.autocast, **policy_kwargs(cfg))
-        self.cfg = cfg = resolve_context(cfg, self.policy)      # context None: the policy's own (TinyLM's checkpoint)
+        self.cfg = cfg = resolve_rates(resolve_context(cfg, self.policy))    # None: the policy's own context, rates
         check_context(self.policy, self.codec, self.core, cfg)  # ValueError if an episode can outgrow its positions
         self.sampling = _sampling(cfg, self.gen)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -178,7 +178,7 @@ class Trainer:
                 demos = load_demos(cfg.env)
             except FileNotFoundError:
                 demos = None
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=bc_learning_rate(cfg), weight_decay=0.0)
+        opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.bc_lr, weight_decay=0.0)
         s = replace(self.sampling, temperature=1.0, tti=None, t2po_eta=0.0, generator=None)    # the expert's turns
         memo = expert_memo if cfg.bc_reasoning else None                 # what the expert writes as reasoning
         for _ in range(steps):

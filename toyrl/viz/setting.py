@@ -57,5 +57,6 @@ def run_setting(config: dict) -> str:
     """
     c = config
     env = env_setting(make_core(c["env"], 1, seed=0, **c.get("env_kwargs", {})))
+    lr = "lr: the policy's own" if c.get("lr") is None else f"lr {c['lr']:g}"      # None: not yet resolved
     return (f"{env}, {c['estimator']}, {c['policy']} policy, P={c['prompts_per_step']} x G={c['group_size']}, "
-            f"lr {c['lr']:g}, {c['steps']} steps, seed {c['seed']}")
+            f"{lr}, {c['steps']} steps, seed {c['seed']}")

@@ -8,10 +8,22 @@ them); ``reply_panel`` is the temperature slider's pure function.
 
     runs = load_small_llm(["grid4x4_bc_grpo"])            # {name: rows}
     reply_panel(0.0)["void_rate"]                         # greedy replies of the shipped checkpoint
+
+The pair: TinyLM and a real pretrained LLM (SmolLM2-135M-Instruct, ``toyrl models fetch smollm2``) through one
+pipeline on an env neither has seen (``PAIR``: bandit_chain, its instruction as the system message, P=2 x G=4,
+full context): the format-valid rate before and after a behaviour-cloning warm start (``warm_start``), then GRPO
+steps (``run_pair``, stored as ``data/runs/small_llm/pair_POLICY__seedS.json`` with the threads and the load it
+ran at; ``load_pair`` reads it).
+
+    tr, warm = warm_start("smollm2", bc_steps=2, group_size=2, prompts_per_step=1, max_turns=2)   # a CPU slice
+    warm["valid_before"], warm["valid_after"]
 """
 from __future__ import annotations
 
 import json
+import os
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -25,8 +37,10 @@ from ..rollout.engine import rollout
 from ..diagnostics import repetition_rate, text_template_stats
 from ..codecs.text import turn_texts
 from ..train import TrainConfig, Trainer
+from ..lab.bench.smollm2 import SYSTEM, format_valid
 
-__all__ = ["RUNS_DIR", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel"]
+__all__ = ["RUNS_DIR", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel", "PAIR", "PAIR_STEPS",
+           "warm_start", "run_pair", "load_pair"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "small_llm"
 _GRID = dict(env="gridworld", env_kwargs={"map_name": "4x4"}, max_turns=8, group_size=8, prompts_per_step=2)
@@ -110,3 +124,80 @@ def reply_panel(temperature: float, seed: int = 0, n: int = 16, path=DEFAULT_CHE
     b = ro.batch
     return {"void_rate": float(b.void_turn[b.turn_mask].float().mean()), "success": float(ro.success.float().mean()),
             "replies": [model.tokenizer.decode(t.gen) for t in ro.episodes[0].turns]}
+
+
+_BANDIT = dict(env="bandit_chain", system=SYSTEM, group_size=4, prompts_per_step=2, context="full")
+PAIR = {"tinylm": dict(_BANDIT, policy="tinylm", bc_steps=60, lr=3e-4),
+        "smollm2": dict(_BANDIT, policy="smollm2", lora_r=8, bc_steps=8)}
+"""policy -> TrainConfig fields of the pair's runs. TinyLM (0.2M parameters, pretrained on GridWorld and MockSearch
+text) clones at 3e-3 and takes RL steps at 3e-4 (at its default 3e-3 its replies lose the format within 4 RL steps
+on this env: pilots, seeds 100-101); SmolLM2 trains LoRA adapters of rank 8 at its own rates (BC 1e-3, RL 1e-4,
+``toyrl.train.optim``). Each gets the warm start it needs to write the format: 60 BC steps for TinyLM, 8 for
+SmolLM2."""
+PAIR_STEPS = 20
+"""GRPO steps of a stored pair run"""
+
+
+def warm_start(policy: str, seed: int = 0, bc_steps: Optional[int] = None, **fields) -> tuple:
+    """A Trainer of ``PAIR[policy]`` (``fields`` override it, e.g. a smaller batch) and what its warm start did:
+    {"valid_before", "valid_after": format-valid turn rate of one sampled batch before and after behaviour
+    cloning, "replies_before", "replies_after": the replies of its first episode, "bc_losses", "bc_s_per_step":
+    seconds per BC step}. ``bc_steps`` None: the pair's own."""
+    kw = {**PAIR[policy], **fields, **({} if bc_steps is None else {"bc_steps": bc_steps})}
+    bc_steps = kw["bc_steps"]
+    tr = Trainer(TrainConfig(**kw, seed=seed, steps=PAIR_STEPS, progress=False))
+    replies = lambda ro: [tr.codec.decode(t.gen) for t in ro.episodes[0].turns]     # noqa: E731 (the first episode)
+    ro = tr.sample()
+    warm = {"valid_before": format_valid(ro), "replies_before": replies(ro)}
+    t0 = time.perf_counter()
+    warm["bc_losses"] = tr.behaviour_clone(bc_steps)
+    warm["bc_s_per_step"] = (time.perf_counter() - t0) / max(bc_steps, 1)
+    ro = tr.sample()
+    warm.update(valid_after=format_valid(ro), replies_after=replies(ro))
+    return tr, warm
+
+
+def run_pair(policy: str, seed: int = 0, steps: int = PAIR_STEPS, out_dir=RUNS_DIR, name: Optional[str] = None,
+             **fields) -> dict:
+    """The pair's run of ``policy`` (``fields`` override its config, e.g. device="cuda"): its warm start, then
+    ``steps`` GRPO steps. Returns (and writes to ``out_dir/NAME__seedS.json``, NAME default ``pair_POLICY``;
+    out_dir None: nowhere) {"config": the Trainer's resolved config, "warm": ``warm_start``'s figures, "rows": the
+    run-log rows, "threads", "load": torch threads and the 1-minute load average at the end, "seconds": wall time}."""
+    t0 = time.perf_counter()
+    tr, warm = warm_start(policy, seed, **fields)
+    sync = torch.cuda.synchronize if tr.device.type == "cuda" else (lambda: None)
+    rows = []
+    for _ in range(steps):
+        rows.append({k: _plain(v) for k, v in tr.step().items()})
+        sync()
+    out = {"config": json.loads(json.dumps(asdict(tr.cfg), default=str)), "warm": warm, "rows": rows,
+           "threads": torch.get_num_threads(), "load": os.getloadavg()[0], "seconds": time.perf_counter() - t0}
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / f"{name or 'pair_' + policy}__seed{seed}.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def load_pair(seed: int = 0, out_dir=RUNS_DIR) -> dict:
+    """{policy: run_pair's record} of the stored pair runs (a FileNotFoundError naming the command if one is
+    missing: ``python -m toyrl.viz.small_llm POLICY``)."""
+    out = {}
+    for policy in PAIR:
+        path = Path(out_dir) / f"pair_{policy}__seed{seed}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing; make it with `python -m toyrl.viz.small_llm {policy}`")
+        out[policy] = json.loads(path.read_text())
+    return out
+
+
+if __name__ == "__main__":                         # python -m toyrl.viz.small_llm smollm2 [--threads 2] [--seed 0]
+    import argparse
+    ap = argparse.ArgumentParser(description="store notebook 9's pair run of one policy")
+    ap.add_argument("policy", choices=sorted(PAIR))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    rec = run_pair(a.policy, a.seed)
+    print(f"{a.policy}: valid {rec['warm']['valid_before']:.2f} -> {rec['warm']['valid_after']:.2f} after BC; "
+          f"{rec['seconds']:.0f} s at {rec['threads']} threads, load {rec['load']:.2f}")

@@ -8,7 +8,7 @@ up to 24 tokens, the instruction ``SYSTEM`` as the chat's system message. It rep
 
 - the format-valid turn rate (turns whose reply parses as ``pull[N]``) of one batch before the warm start, after
   ``--bc-steps`` of behaviour cloning on the expert's turns in the model's own chat format (at
-  ``toyrl.train.bc.BC_LR``: 1e-4 in full, 1e-3 with ``--lora-r``), and the BC loss and time per step;
+  ``toyrl.train.optim.BC_LR``: 1e-4 in full, 1e-3 with ``--lora-r``), and the BC loss and time per step;
 - per RL step (GRPO): generation (rollout) seconds and tokens per second, the update (recompute + backward +
   AdamW) seconds, the format-valid rate and the gradient norm; and the projected time of 100 such steps.
 
