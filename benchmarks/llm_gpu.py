@@ -132,6 +132,8 @@ def bench_smollm2(device: str, steps: int, out_dir: str) -> list:
         return []
     out = []
     for tag, lora_r in (("", 8), ("_full", 0)):
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()                        # each run's own peak
         rec = run_pair("smollm2", steps=steps, out_dir=out_dir, name=f"pair_smollm2_gpu{tag}", device=device,
                        lora_r=lora_r)
         rows = rec["rows"][1:] or rec["rows"]                            # the first step warms the kernels up

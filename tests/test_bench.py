@@ -52,3 +52,30 @@ def test_trunk_timer_counts_and_restores():
     assert "_trunk" not in vars(pol)                 # the method is back
     pol(x, m)
     assert t.calls == 2
+
+
+def test_gpu_bench_smollm2_without_the_model(monkeypatch, capsys):
+    import toyrl.policies.zoo as zoo
+    monkeypatch.setattr(zoo, "is_fetched", lambda name: False)
+    assert load_gpu_bench().bench_smollm2("cpu", 1, "unused") == []
+    assert "SmolLM2 skipped: " in capsys.readouterr().out
+
+
+def test_gpu_bench_smollm2_runs_lora_and_full(monkeypatch, capsys, tmp_path):
+    """Both runs go to run_pair with the device, a name each and their LoRA rank; the cost line is their medians."""
+    import toyrl.policies.zoo as zoo
+    import toyrl.viz.small_llm as small_llm
+    monkeypatch.setattr(zoo, "is_fetched", lambda name: True)
+    calls = []
+
+    def fake(policy, steps, out_dir, name, **fields):
+        calls.append((policy, steps, out_dir, name, fields))
+        rows = [{"time_rollout": 9.0, "time_recompute": 9.0, "time_update": 9.0, "success_rate": 0.0}] + \
+               [{"time_rollout": 1.0, "time_recompute": 0.5, "time_update": 1.5, "success_rate": 0.5}] * 10
+        return {"warm": {"valid_before": 0.1, "valid_after": 0.9}, "rows": rows}
+    monkeypatch.setattr(small_llm, "run_pair", fake)
+    recs = load_gpu_bench().bench_smollm2("cpu", 11, str(tmp_path))
+    assert [c[3] for c in calls] == ["pair_smollm2_gpu", "pair_smollm2_gpu_full"] and len(recs) == 2
+    assert [c[4] for c in calls] == [{"device": "cpu", "lora_r": 8}, {"device": "cpu", "lora_r": 0}]
+    out = capsys.readouterr().out
+    assert "generation 1.00 s, update 2.00 s; 100 steps 5.0 min; success last 10 steps 0.50" in out

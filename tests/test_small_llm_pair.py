@@ -1,8 +1,6 @@
 """Notebook 9's pair (TinyLM and SmolLM2 through one pipeline): the warm-start figures, the stored run's record,
-the stored runs themselves, and the GPU benchmark's SmolLM2 section (its no-model path and what it prints)."""
-import importlib.util
+and the stored runs themselves (the GPU benchmark's SmolLM2 section: tests/test_bench.py)."""
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +8,6 @@ import torch
 from toyrl.train.optim import BC_LR, LR
 from toyrl.viz.small_llm import PAIR, PAIR_STEPS, RUNS_DIR, load_pair, run_pair, warm_start
 
-ROOT = Path(__file__).resolve().parents[1]
 SLICE = dict(group_size=2, prompts_per_step=1, max_turns=2)
 
 
@@ -47,37 +44,3 @@ def test_stored_pair_runs_are_the_registered_setting():
         assert cfg["seed"] == 0 and len(rec["rows"]) == PAIR_STEPS and len(rec["warm"]["bc_losses"]) == cfg["bc_steps"]
     assert runs["smollm2"]["config"]["lr"] == LR["hf_lora"] and runs["smollm2"]["config"]["bc_lr"] == BC_LR["hf_lora"]
     assert (RUNS_DIR / "pair_smollm2__seed0.json").exists()
-
-
-def load_gpu_bench():
-    spec = importlib.util.spec_from_file_location("llm_gpu", ROOT / "benchmarks" / "llm_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_gpu_bench_smollm2_without_the_model(monkeypatch, capsys):
-    import toyrl.policies.zoo as zoo
-    monkeypatch.setattr(zoo, "is_fetched", lambda name: False)
-    assert load_gpu_bench().bench_smollm2("cpu", 1, "unused") == []
-    assert "SmolLM2 skipped: " in capsys.readouterr().out
-
-
-def test_gpu_bench_smollm2_runs_lora_and_full(monkeypatch, capsys, tmp_path):
-    """Both runs go to run_pair with the device, a name each and their LoRA rank; the cost line is their medians."""
-    import toyrl.policies.zoo as zoo
-    import toyrl.viz.small_llm as small_llm
-    monkeypatch.setattr(zoo, "is_fetched", lambda name: True)
-    calls = []
-
-    def fake(policy, steps, out_dir, name, **fields):
-        calls.append((policy, steps, out_dir, name, fields))
-        rows = [{"time_rollout": 9.0, "time_recompute": 9.0, "time_update": 9.0, "success_rate": 0.0}] + \
-               [{"time_rollout": 1.0, "time_recompute": 0.5, "time_update": 1.5, "success_rate": 0.5}] * 10
-        return {"warm": {"valid_before": 0.1, "valid_after": 0.9}, "rows": rows}
-    monkeypatch.setattr(small_llm, "run_pair", fake)
-    recs = load_gpu_bench().bench_smollm2("cpu", 11, str(tmp_path))
-    assert [c[3] for c in calls] == ["pair_smollm2_gpu", "pair_smollm2_gpu_full"] and len(recs) == 2
-    assert [c[4] for c in calls] == [{"device": "cpu", "lora_r": 8}, {"device": "cpu", "lora_r": 0}]
-    out = capsys.readouterr().out
-    assert "generation 1.00 s, update 2.00 s; 100 steps 5.0 min; success last 10 steps 0.50" in out
