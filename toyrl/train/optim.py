@@ -17,6 +17,8 @@ from dataclasses import replace
 
 import torch
 
+from .build import is_hf_policy
+
 __all__ = ["LR", "BC_LR", "policy_kind", "learning_rate", "bc_learning_rate", "resolve_rates", "warmup_lr",
            "update_norm"]
 
@@ -29,7 +31,6 @@ BC_LR = {"scratch": 3e-3, "hf": 1e-4, "hf_lora": 1e-3}
 def policy_kind(cfg) -> str:
     """Which row of ``LR`` / ``BC_LR`` a config's policy takes: "scratch" (a toy preset or TinyLM), "hf" (a
     pretrained Hugging Face model: ``hf:PATH`` or a zoo name such as smollm2), "hf_lora" (one with lora_r > 0)."""
-    from .build import is_hf_policy
     if not is_hf_policy(cfg.policy):
         return "scratch"
     return "hf_lora" if cfg.lora_r else "hf"

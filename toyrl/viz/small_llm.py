@@ -37,6 +37,7 @@ from ..rollout.engine import rollout
 from ..diagnostics import repetition_rate, text_template_stats
 from ..codecs.text import turn_texts
 from ..train import TrainConfig, Trainer
+from ..train.runlog import encode
 from ..lab.bench.smollm2 import SYSTEM, format_valid
 
 __all__ = ["RUNS_DIR", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel", "PAIR", "PAIR_STEPS",
@@ -170,7 +171,7 @@ def run_pair(policy: str, seed: int = 0, steps: int = PAIR_STEPS, out_dir=RUNS_D
     for _ in range(steps):
         rows.append({k: _plain(v) for k, v in tr.step().items()})
         sync()
-    out = {"config": json.loads(json.dumps(asdict(tr.cfg), default=str)), "warm": warm, "rows": rows,
+    out = {"config": encode(asdict(tr.cfg)), "warm": warm, "rows": rows,
            "threads": torch.get_num_threads(), "load": os.getloadavg()[0], "seconds": time.perf_counter() - t0}
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
