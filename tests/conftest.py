@@ -220,3 +220,15 @@ class NoCache:
         out.past = None
         return out
 
+
+
+def assert_projectable(fig, min_pt: float = 12.0):
+    """Every visible text of ``fig`` (titles, labels, ticks, legends, annotations) is at least ``min_pt`` once the
+    figure is scaled to a 16:9 slide (``toyrl.viz.style.projected_pt``): what a room reads from a projector."""
+    from toyrl.viz.style import projected_pt
+    fig.canvas.draw()
+    small = []
+    for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text")):
+        if t.get_visible() and t.get_text().strip() and projected_pt(fig, t.get_fontsize()) < min_pt - 1e-6:
+            small.append(f"{t.get_text()[:30]!r} {t.get_fontsize():.1f} pt -> {projected_pt(fig, t.get_fontsize()):.1f}")
+    assert not small, f"text under {min_pt} pt on a slide ({fig.get_size_inches()} in): " + "; ".join(small[:8])

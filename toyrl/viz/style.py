@@ -30,8 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-__all__ = ["FigureStyle", "STYLES", "ROLES", "get_style", "rc", "figure_style", "figsize", "font_size", "figure_dpi", "subplots",
-           "styled", "png_bytes"]
+__all__ = ["FigureStyle", "STYLES", "ROLES", "SLIDE_INCHES", "get_style", "use", "rc", "figure_style", "figsize", "font_size",
+           "figure_dpi", "subplots", "styled", "png_bytes", "arm_color", "projected_pt"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,12 @@ STYLES = {"notebook": FigureStyle("notebook", font_size=10.0),
 ROLES = {"suptitle": 1.1, "title": 1.0, "label": 0.9, "tick": 0.8, "legend": 0.8, "cell": 0.9, "note": 0.8}
 """text role -> its size as a fraction of the base font (notebook: titles 10 pt, cells 9 pt, ticks 8 pt)"""
 
-_ACTIVE = contextvars.ContextVar("toyrl_figure_style", default="notebook")
+SLIDE_INCHES = (13.333, 7.5)
+"""a 16:9 slide (inches): a figure is judged by how large its text is once scaled to fit one (``projected_pt``)"""
+
+_ACTIVE = contextvars.ContextVar("toyrl_figure_style", default=None)
+_DEFAULT = {"name": "notebook"}
+"""the style outside any ``figure_style`` block: ``"notebook"`` until ``use`` changes it"""
 
 
 def get_style(style: Optional[str] = None) -> FigureStyle:
@@ -65,10 +70,24 @@ def get_style(style: Optional[str] = None) -> FigureStyle:
 
     Example: get_style("slides").font_size -> 16.0. An unknown name raises ValueError naming the styles.
     """
-    name = _ACTIVE.get() if style is None else style
+    name = (_ACTIVE.get() or _DEFAULT["name"]) if style is None else style
     if name not in STYLES:
         raise ValueError(f"style must be one of {', '.join(map(repr, STYLES))}, got {style!r}")
     return STYLES[name]
+
+
+def use(style: str) -> FigureStyle:
+    """Make ``style`` the default for every figure from now on (a lesson's first cell: ``use("slides")``):
+    the style ``get_style()`` falls back to outside a ``figure_style`` block, and matplotlib's own rcParams.
+
+    A plain module setting, not a context variable, so it holds across a Jupyter kernel's cells.
+    Example: use("slides"); get_style().font_size -> 16.0.
+    """
+    import matplotlib.pyplot as plt
+    s = get_style(style)
+    _DEFAULT["name"] = s.name
+    plt.rcParams.update(rc(s.name))
+    return s
 
 
 def rc(style: Optional[str] = None) -> dict:
@@ -180,3 +199,33 @@ def png_bytes(fig, colors: int = 256) -> bytes:
     out = io.BytesIO()
     pal.save(out, format="png", optimize=True)
     return out.getvalue()
+
+
+ARM_COLORS = {"grpo": "#1f77b4", "gigpo": "#d62728", "rloo": "#2ca02c", "reinforce_pp": "#9467bd", "dr_grpo": "#8c564b",
+              "gae": "#ff7f0e", "turn_gae": "#ff7f0e", "turn_ppo": "#e377c2", "ppo": "#7f7f7f", "clip_higher": "#bcbd22",
+              "gspo": "#17becf", "cispo": "#aec7e8", "sapo": "#98df8a", "exact": "#2ca02c", "none": "#7f7f7f"}
+"""arm name -> its colour in every figure (an arm keeps its colour across a lesson, whatever else is drawn)"""
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def arm_color(arm: str) -> str:
+    """The fixed colour of an arm: ``ARM_COLORS`` for a known name, else one of ten colours chosen by a stable hash
+    of the name (the same in every process and figure, unlike matplotlib's colour cycle, which follows draw order).
+
+    Example: arm_color("grpo") -> "#1f77b4"; arm_color("my_arm") is the same string in every call.
+    """
+    if arm in ARM_COLORS:
+        return ARM_COLORS[arm]
+    import zlib
+    return _PALETTE[zlib.crc32(str(arm).encode()) % len(_PALETTE)]
+
+
+def projected_pt(fig, size_pt: float) -> float:
+    """The size (pt) that text of ``size_pt`` has once ``fig`` is scaled to fill a 16:9 slide (``SLIDE_INCHES``),
+    the size a room reads it at: larger for a figure smaller than the slide, smaller for a larger one.
+
+    Example: a 10 x 4 in figure scales by 13.333 / 10, so its 12 pt ticks project at 16 pt.
+    """
+    w, h = fig.get_size_inches()
+    return size_pt * min(SLIDE_INCHES[0] / w, SLIDE_INCHES[1] / h)
