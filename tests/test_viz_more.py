@@ -233,7 +233,7 @@ def test_context_panel_range(metric):
     assert ax.get_ylabel() == label(metric)
     assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=10))
     assert_figure_standard(fig, context.SETTING)
-    assert ax.get_legend().get_title().get_text() == "mean, band +-1 s.e. over 2 seeds"
+    assert ax.get_legend().get_title().get_text() == "mean, band +-1 s.e.\nover 2 seeds"
     fig = bind(prototype.curve_panel, sweep, setting="GridWorld 4x4")(metric, 10)
     assert_curves_drawn(fig.axes[0], arm_curves(sweep, metric, smooth_w=10))
     assert_figure_standard(fig, "GridWorld 4x4")

@@ -16,8 +16,9 @@ from typing import Callable, Optional, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
-from .style import figsize, font_size, subplots
+from .style import arm_color, figsize, font_size, subplots
 
 __all__ = ["KINDS", "KIND_COLORS", "METRIC_LABELS", "label", "legend", "new_figure", "heatmap", "shared_vmax", "plot_log", "smooth",
            "as_numpy", "log_columns", "mark_steps", "compare_runs", "bind"]
@@ -167,8 +168,9 @@ def plot_log(log, keys: Sequence[str], *, window: int = 1, ncols: int = 4, marks
         step = np.arange(len(step), dtype=float)
     ncols = min(ncols, len(keys))
     nrows = int(np.ceil(len(keys) / ncols))
-    fig, axes = new_figure(nrows, ncols, width=3.4, height=2.5)
+    fig, axes = new_figure(nrows, ncols, width=min(3.4, 10.0 / ncols), height=2.6)
     for ax, k in zip(axes.flat, keys):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         y = cols[k]
         ax.plot(step, y, color="#bbbbbb", lw=0.8)
         if window > 1:
@@ -189,20 +191,25 @@ def plot_log(log, keys: Sequence[str], *, window: int = 1, ncols: int = 4, marks
 
 def compare_runs(logs: dict, keys: Sequence[str], *, title: str, labels: Optional[dict] = None, width: float = 4.6,
                  height: float = 3.2):
-    """One panel per run-log key, one line per named run ({name: RunLog or rows}), against the step; each
-    panel titled and y-labelled by ``label(key)``, with its own legend; ``title`` names the setting.
+    """One panel per run-log key, one line per named run ({name: RunLog or rows}) in the run's fixed colour
+    (``style.arm_color``), against the step (integer ticks); each panel titled and y-labelled by ``label(key)``;
+    one legend for all panels, outside the data on the right; ``title`` names the setting. The figure is at most
+    10 in wide before the style's scale (panels narrow as keys are added), so its text stays readable on a slide.
 
         compare_runs({"bc": rows_a, "scratch": rows_b}, ["success_rate", "void_turn_rate"], title="GridWorld 4x4")
     """
-    fig, axes = new_figure(1, len(keys), width=width, height=height, layout="constrained")
+    n = len(keys)
+    fig, axes = new_figure(1, n, width=min(width, 8.5 / n), height=height, layout="constrained")
     for ax, k in zip(axes.flat, keys):
         for name, log in logs.items():
-            ax.plot(log_columns(log, [k])[k], label=(labels or {}).get(name, name))
+            ax.plot(log_columns(log, [k])[k], label=(labels or {}).get(name, name), color=arm_color(name))
         ax.set_title(label(k), fontsize=font_size("title"))
         ax.set_xlabel("RL step", fontsize=font_size("label"))
         ax.set_ylabel(label(k), fontsize=font_size("label"))
         ax.tick_params(labelsize=font_size("tick"))
-        ax.legend(fontsize=font_size("legend"))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    last = axes.flat[n - 1]
+    last.legend(fontsize=font_size("legend"), loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(title, fontsize=font_size("suptitle"))
     return fig
 

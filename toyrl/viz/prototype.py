@@ -30,6 +30,7 @@ from ..port.verl_loader import load_core_algos
 from ..lab.results import atomic_write
 from ..train import TrainConfig, train
 from .plots import label, legend
+from .style import arm_color, figsize, font_size, subplots
 
 __all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "sweep_precompute", "load_sweep", "curve_stats",
            "final_mean", "smooth", "arm_curves", "draw_curves", "arms_figure", "curve_panel", "verl_estimator",
@@ -144,17 +145,22 @@ def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "st
 
 
 def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylabel: str = ""):
-    """Draw ``arm_curves``' output on ``ax``: one line per arm (labelled by arm) and its +- s.e. band, which
-    shares the arm's legend entry (``plots.legend``; the legend's title says what the band is)."""
+    """Draw ``arm_curves``' output on ``ax``: one line per arm in the arm's fixed colour (``style.arm_color``),
+    labelled by arm, and its +- s.e. band, which shares the arm's legend entry (``plots.legend``; the legend,
+    outside the data on the right, says in its title what the band is). Steps get integer ticks."""
+    from matplotlib.ticker import MaxNLocator
     for name, c in curves.items():
-        line, = ax.plot(c["x"], c["mean"], label=name)
+        line, = ax.plot(c["x"], c["mean"], label=name, color=arm_color(name))
         ax.fill_between(c["x"], c["mean"] - c["se"], c["mean"] + c["se"], alpha=0.2, color=line.get_color(),
                         label=name)
     n = sorted({c["n"] for c in curves.values()})
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    legend(ax, fontsize=8, title=f"mean, band +-1 s.e. over {'/'.join(map(str, n))} seeds", title_fontsize=8)
+    ax.set_title(title, fontsize=font_size("title"))
+    if xlabel == "RL step":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend(ax, fontsize=font_size("legend"), title=f"mean, band +-1 s.e.\nover {'/'.join(map(str, n))} seeds",
+           title_fontsize=font_size("legend"), loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return ax
 
 
@@ -163,8 +169,7 @@ def arms_figure(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int
     """Widget panel: ``key`` over steps (or cumulative tokens, ``x="tokens"``) for the chosen arms of a
     sweep (mean +- s.e. over seeds); arms that did not log ``key`` are left out. The title names the
     ``setting`` (e.g. "GridWorld 4x4, GRPO, P=4 x G=8") and the metric."""
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.4), layout="constrained")
+    fig, ax = subplots(size=figsize(8, 4), layout="constrained")
     what = label(key) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")
     draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), f"{setting}: {what}" if setting else what,
                 "RL step" if x == "step" else "tokens generated (cumulative)", label(key))
@@ -187,9 +192,8 @@ def final_mean(rows, last: int = 10) -> tuple[float, float]:
 def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, arms=None, title: str = "",
                  setting: str = SETTING):
     """Mean +- s.e. over seeds of ``key`` for each arm; the default title names ``setting``; returns the axes."""
-    import matplotlib.pyplot as plt
     if ax is None:
-        ax = plt.subplots(figsize=(6, 3.4), layout="constrained")[1]
+        ax = subplots(size=figsize(8, 4), layout="constrained")[1]
     what = f"{label(key)} ({w}-step mean)"
     draw_curves(ax, arm_curves(sweep, key, arms, w), title or (f"{setting}: {what}" if setting else what), "RL step",
                 label(key))
