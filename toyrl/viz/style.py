@@ -206,11 +206,12 @@ ARM_COLORS = {"grpo": "#1f77b4", "gigpo": "#d62728", "rloo": "#2ca02c", "reinfor
               "gspo": "#17becf", "cispo": "#aec7e8", "sapo": "#98df8a", "exact": "#2ca02c", "none": "#7f7f7f"}
 """arm name -> its colour in every figure (an arm keeps its colour across a lesson, whatever else is drawn)"""
 
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79")
+"""the colours an unlisted arm is hashed to (no grey: grey is kept for reference arms such as "none")"""
 
 
 def arm_color(arm: str) -> str:
-    """The fixed colour of an arm: ``ARM_COLORS`` for a known name, else one of ten colours chosen by a stable hash
+    """The fixed colour of an arm: ``ARM_COLORS`` for a known name, else one of ten colours (``_PALETTE``) chosen by a stable hash
     of the name (the same in every process and figure, unlike matplotlib's colour cycle, which follows draw order).
 
     Example: arm_color("grpo") -> "#1f77b4"; arm_color("my_arm") is the same string in every call.
