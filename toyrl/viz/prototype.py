@@ -45,24 +45,29 @@ SETTING = "BanditChain (fixed layout), P=4 x G=8"
 
 # ---- comparing arms on the same seeds ---------------------------------------------------------
 def compare(arms: dict, seeds=(0, 1, 2), keys=("reward_mean", "success_rate"), *, steps: Optional[int] = None,
-            verbose: bool = False) -> dict:
+            verbose: bool = False, progress: bool = False) -> dict:
     """Train each arm (name -> TrainConfig) on every seed; keep ``keys`` -> {arm: {key: (S, N) list}}.
 
-    ``steps`` overrides every arm's step count (a smoke run). Seeds are shared, so arm differences
-    are not seed differences. Example: compare({"grpo": TrainConfig(steps=3)}, seeds=(0,))["grpo"]
-    ["reward_mean"] is a 1 x 3 list.
+    ``steps`` overrides every arm's step count (a short run). Seeds are shared, so arm differences
+    are not seed differences. ``progress``: a ``tqdm.auto`` bar over the arm x seed runs (a notebook's
+    live cell). Example: compare({"grpo": TrainConfig(steps=3)}, seeds=(0,))["grpo"]["reward_mean"] is a
+    1 x 3 list.
     """
-    out: dict = {}
+    from tqdm.auto import tqdm
+    out: dict = {name: {k: [] for k in keys} for name in arms}
+    bar = tqdm(total=len(arms) * len(seeds), desc="training runs", disable=not progress)
     for name, cfg in arms.items():
-        out[name] = {k: [] for k in keys}
         for s in seeds:
+            bar.set_postfix_str(f"{name}, seed {s}")
             c = replace(cfg, seed=int(s), progress=False, **({"steps": steps} if steps is not None else {}))
             log = train(c)
             for k in keys:
                 col = [r.get(k) for r in log.rows]
                 out[name][k].append([float("nan") if v is None or isinstance(v, list) else float(v) for v in col])
+            bar.update(1)
             if verbose:
                 print(f"{name} seed {s}: final reward {out[name][keys[0]][-1][-1]:.3f}", flush=True)
+    bar.close()
     return out
 
 
@@ -116,20 +121,27 @@ def smooth(x, w: int = 1) -> np.ndarray:
         return x
     out = np.empty_like(x)
     for t in range(x.shape[-1]):
-        out[..., t] = np.nanmean(x[..., max(0, t - w + 1):t + 1], axis=-1)
+        win = x[..., max(0, t - w + 1):t + 1]
+        n = np.isfinite(win).sum(-1)
+        out[..., t] = np.where(n > 0, np.where(np.isfinite(win), win, 0.0).sum(-1) / np.maximum(n, 1), np.nan)
     return out
 
 
 def curve_stats(rows, w: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard error over seeds (S, N) -> ((N,), (N,)), after smoothing each seed."""
-    x = smooth(np.asarray(rows, dtype=float), w)
-    n = np.sum(np.isfinite(x), 0).clip(min=1)
-    return np.nanmean(x, 0), np.nanstd(x, 0) / np.sqrt(n)
+    x = smooth(np.asarray(rows, dtype=float), w)                               # (S, N)
+    ok = np.isfinite(x)
+    n = ok.sum(0)                                                              # (N,) seeds with a value
+    z = np.where(ok, x, 0.0)
+    mean = np.where(n > 0, z.sum(0) / n.clip(min=1), np.nan)                   # NaN (no warning) where no seed has one
+    var = np.where(ok, (z - mean) ** 2, 0.0).sum(0) / n.clip(min=1)
+    return mean, np.where(n > 0, np.sqrt(var) / np.sqrt(n.clip(min=1)), np.nan)
 
 
 def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "step") -> dict:
     """The data of a sweep panel: {arm: {"x", "mean", "se", "n"}} (each (N,), ``n`` the seed count), for the
-    chosen arms that logged ``key``.
+    chosen arms that logged ``key`` (an arm whose ``key`` is NaN throughout, e.g. GRPO's ``critic_loss``, is
+    left out: it has no curve to draw, so it gets no legend entry).
 
     ``mean`` / ``se``: mean and standard error over seeds after smoothing (``curve_stats``); ``x``:
     the step index, or with ``x="tokens"`` the cumulative mean ``tokens_generated`` (an equal-budget axis).
@@ -137,7 +149,7 @@ def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "st
     """
     out = {}
     for name in arms or sweep:
-        if key in sweep[name]:
+        if key in sweep[name] and np.isfinite(np.asarray(sweep[name][key], dtype=float)).any():
             m, se = curve_stats(sweep[name][key], smooth_w)
             xs = np.arange(len(m)) if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
             out[name] = {"x": xs, "mean": m, "se": se, "n": len(sweep[name][key])}
