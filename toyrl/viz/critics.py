@@ -33,10 +33,13 @@ from .plots import label
 from .prototype import arm_curves, draw_curves, sweep_precompute
 from .style import arm_color, figsize, font_size, subplots
 
-__all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "plot_td_losses", "value_fits", "value_panel",
-           "data_setting", "critic_arms", "plot_critic_panel", "precompute", "KEYS", "SETTING", "CURVES_SETTING"]
+__all__ = ["collect_grid", "features", "fit_value", "fit_archer", "plot_value_fit", "plot_td_losses", "value_fits",
+           "value_panel", "data_setting", "critic_arms", "plot_critic_panel", "precompute", "COLORS", "KEYS", "SETTING", "CURVES_SETTING"]
 
 KEYS = ("reward_mean", "success_rate", "critic_loss", "grad_norm")
+COLORS = {"GRPO": arm_color("grpo"), "Turn-PPO (turn_gae)": arm_color("turn_gae"), "observable": "#1f77b4",
+          "privileged": "#9467bd", "Q loss": "#d62728", "V loss": "#2ca02c"}
+"""curve -> its colour in every figure of the lesson"""
 SETTING = "GridWorld 4x4, random maps"
 """the setting of ``collect_grid``'s episodes, named in the critic-fitting figures' titles"""
 CURVES_SETTING = "GridWorld 4x4 (fixed map), P=4 x G=8"
@@ -173,7 +176,7 @@ def plot_value_fit(results: dict, ax=None, title: str = "", *, setting: str = SE
     ax = ax if ax is not None else subplots(size=figsize(8, 4.6), layout="constrained")[1]
     for name, r in results.items():
         ax.plot(r["step"], r["test_mse"], label=f"{name} (final {r['test_mse'][-1]:.4f})",
-                color=arm_color("privileged" if name.startswith("privileged") else name))
+                color=COLORS["privileged" if name.startswith("privileged") else "observable"])
     if var is not None:
         ax.axhline(var, color="k", ls=":", lw=1.5, label=f"constant critic (return variance {var:.4f})")
     ax.set_xlabel("critic fitting step (full-batch AdamW)")
@@ -191,8 +194,8 @@ def plot_td_losses(arch: dict, setting: str = SETTING, ax=None):
     and the mean advantage of expert vs other moves; the legend below the axes."""
     from matplotlib.ticker import MaxNLocator
     ax = ax if ax is not None else subplots(size=figsize(8, 4.6), layout="constrained")[1]
-    ax.plot(arch["q_loss"], label="Q loss: Q(s, a) vs r + gamma Vbar(s')", color=arm_color("Q loss"))
-    ax.plot(arch["v_loss"], label="V loss: V(s) vs Qbar(s, a_pi)", color=arm_color("V loss"))
+    ax.plot(arch["q_loss"], label="Q loss: Q(s, a) vs r + gamma Vbar(s')", color=COLORS["Q loss"])
+    ax.plot(arch["v_loss"], label="V loss: V(s) vs Qbar(s, a_pi)", color=COLORS["V loss"])
     ax.set(yscale="log", xlabel="TD step (full-batch AdamW, target tau 0.1)", ylabel="TD loss (MSE)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{setting}: ArCHer double critic\nmean A of expert moves {arch['adv_expert']:+.3f}, "
@@ -232,9 +235,9 @@ def plot_critic_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_
     seeds (``draw_curves``), one legend, the suptitle naming ``CURVES_SETTING``."""
     fig, (top, bottom) = subplots(2, 1, size=figsize(8, 6.4), layout="constrained", sharex=True)
     what = lambda k: label(k) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")   # noqa: E731
-    draw_curves(top, arm_curves(sweep, key, arms, smooth_w), what(key), "RL step", label(key))
+    draw_curves(top, arm_curves(sweep, key, arms, smooth_w), what(key), "RL step", label(key), colors=COLORS)
     draw_curves(bottom, arm_curves(sweep, "grad_norm", arms, smooth_w), what("grad_norm"), "RL step",
-                "gradient norm (log)")
+                "gradient norm (log)", colors=COLORS)
     top.tick_params(labelbottom=True)
     bottom.set_yscale("log")
     bottom.get_legend().remove()

@@ -156,13 +156,15 @@ def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "st
     return out
 
 
-def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylabel: str = ""):
-    """Draw ``arm_curves``' output on ``ax``: one line per arm in the arm's fixed colour (``style.arm_color``),
-    labelled by arm, and its +- s.e. band, which shares the arm's legend entry (``plots.legend``; the legend,
-    outside the data on the right, says in its title what the band is). Steps get integer ticks."""
+def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylabel: str = "", *,
+                colors: Optional[dict] = None):
+    """Draw ``arm_curves``' output on ``ax``: one line per arm in the arm's fixed colour (``colors[arm]`` where
+    given, else ``style.arm_color``), labelled by arm, and its +- s.e. band, which shares the arm's legend entry
+    (``plots.legend``; the legend, outside the data on the right, says in its title what the band is). Steps get
+    integer ticks."""
     from matplotlib.ticker import MaxNLocator
     for name, c in curves.items():
-        line, = ax.plot(c["x"], c["mean"], label=name, color=arm_color(name))
+        line, = ax.plot(c["x"], c["mean"], label=name, color=(colors or {}).get(name) or arm_color(name))
         ax.fill_between(c["x"], c["mean"] - c["se"], c["mean"] + c["se"], alpha=0.2, color=line.get_color(),
                         label=name)
     n = sorted({c["n"] for c in curves.values()})
@@ -176,22 +178,29 @@ def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylab
     return ax
 
 
+def _title(setting: str, what: str) -> str:
+    """The title of a curve figure: "setting: what" (just "what" without a setting)."""
+    return f"{setting}: {what}" if setting else what
+
+
 def arms_figure(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step",
-                setting: str = ""):
+                setting: str = "", *, colors: Optional[dict] = None):
     """Widget panel: ``key`` over steps (or cumulative tokens, ``x="tokens"``) for the chosen arms of a
     sweep (mean +- s.e. over seeds); arms that did not log ``key`` are left out. The title names the
-    ``setting`` (e.g. "GridWorld 4x4, GRPO, P=4 x G=8") and the metric."""
+    ``setting`` (e.g. "GridWorld 4x4, GRPO, P=4 x G=8") and the metric; ``colors``: arm -> colour (a lesson's
+    fixed colours), else ``style.arm_color``."""
     fig, ax = subplots(size=figsize(8, 4), layout="constrained")
     what = label(key) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")
-    draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), f"{setting}: {what}" if setting else what,
-                "RL step" if x == "step" else "tokens generated (cumulative)", label(key))
+    draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), _title(setting, what),
+                "RL step" if x == "step" else "tokens generated (cumulative)", label(key), colors=colors)
     return fig
 
 
-def curve_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5, *, setting: str = ""):
+def curve_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5, *, setting: str = "",
+                colors: Optional[dict] = None):
     """The notebooks' learning-curve widget: ``arms_figure`` of every arm, by the widget's names. Bind the
     sweep (and its setting), not a global: ``interactive(bind(curve_panel, sweep, setting="..."), metric=[...])``."""
-    return arms_figure(sweep, metric, None, smooth, setting=setting)
+    return arms_figure(sweep, metric, None, smooth, setting=setting, colors=colors)
 
 
 def final_mean(rows, last: int = 10) -> tuple[float, float]:
@@ -207,8 +216,7 @@ def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, 
     if ax is None:
         ax = subplots(size=figsize(8, 4), layout="constrained")[1]
     what = f"{label(key)} ({w}-step mean)"
-    draw_curves(ax, arm_curves(sweep, key, arms, w), title or (f"{setting}: {what}" if setting else what), "RL step",
-                label(key))
+    draw_curves(ax, arm_curves(sweep, key, arms, w), title or _title(setting, what), "RL step", label(key))
     return ax
 
 

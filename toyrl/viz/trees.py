@@ -34,12 +34,12 @@ import torch
 from ..train import TrainConfig, Trainer
 from .plots import label
 from .prototype import arm_curves, curve_stats, draw_curves, final_mean, sweep_precompute
-from .style import figsize, font_size, subplots
+from .style import arm_color, figsize, font_size, subplots
 
 __all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "leaf_outcomes", "draw_tree",
            "sample_tree", "tree_panel", "evaluated_steps", "last_evaluated", "final_evaluated", "success_gap",
            "key_curves", "final_table",
-           "plot_tree_panel", "tree_curve_panel", "precompute", "KEYS", "SETTING", "TREE_SETTING", "EVAL_KEY",
+           "plot_tree_panel", "tree_curve_panel", "precompute", "COLORS", "KEYS", "SETTING", "TREE_SETTING", "EVAL_KEY",
            "EVAL_EVERY", "EVAL_EPISODES", "STEPS"]
 
 EVAL_KEY = "eval_success_rate"
@@ -50,6 +50,9 @@ EVAL_EPISODES = 32
 """fresh episodes per evaluation, one per held-out task (the ledger's number)"""
 STEPS = 60
 """RL steps of the stored sweep (the ledger's number)"""
+COLORS = {"independent (GRPO)": arm_color("grpo"), "Tree-GRPO": "#d62728", "ARPO": "#2ca02c", "PATR": "#9467bd",
+          "T2PO eta=0.3": "#ff7f0e"}
+"""arm -> its colour in every figure of the lesson (five distinct colours; GRPO's as in every lesson)"""
 KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode", EVAL_KEY)
 SETTING = "GridWorld 4x4 random lakes, P=4 x G=8 token budget"
 """the setting of the sweep (``tree_arms``), named in its learning-curve titles"""
@@ -296,7 +299,7 @@ def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w:
         where = (f"fresh episodes\n(every {EVAL_EVERY} steps)" if fresh
                  else "training rows\n(tree arm: leaves)" + (f", {smooth_w}-step mean" if smooth_w > 1 else ""))
         draw_curves(ax, key_curves(sweep, k, arms, smooth_w, x), where, xlabel,
-                    "fresh-episode success rate" if fresh else label(k))
+                    "fresh-episode success rate" if fresh else label(k), colors=COLORS)
         if fresh:
             for ln in ax.get_lines():
                 ln.set_marker("o")
@@ -307,7 +310,8 @@ def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w:
         hi = max(ax.get_ylim()[1] for ax in axes)
         for ax in axes:
             ax.set_ylim(lo, hi)
-    fig.suptitle(f"{SETTING}:\ntraining-row {label(key)} vs fresh-episode success", fontsize=font_size("suptitle"))
+    fig.suptitle(f"{SETTING}:\ntraining-row {label(key)} vs success on fresh episodes of {EVAL_EPISODES} held-out "
+                 f"tasks", fontsize=font_size("suptitle"))
     return fig
 
 
