@@ -418,6 +418,8 @@ def test_arms_validate():
 SWEEPS = {"void/filter.json": void.void_arms(), "context/mismatch.json": context.context_arms(),
           "critics/curves.json": critics.critic_arms(), "trees/curves.json": trees.tree_arms(),
           "aggregation/length.json": aggregation.length_arms(), "aggregation/loop.json": aggregation.loop_arms(),
+          "aggregation/ledger_length_bias.json": aggregation.ledger_arms("length_bias"),
+          "aggregation/ledger_is_granularity.json": aggregation.ledger_arms("is_granularity"),
           "prototype/compare.json": prototype.prototype_arms()}
 
 
@@ -447,3 +449,21 @@ def test_exercises_wrong_answers_give_hints():
 def test_matches_example():
     assert matches([0.5, 0.5], np.array([0.5, 0.5])) and matches(torch.tensor([1.0]), [1.0 + 1e-7])
     assert not matches([0.5], np.array([0.5, 0.5])) and not matches([0.5, 0.6], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("claim", list(aggregation.LEDGER_RUNS))
+def test_ledger_runs_stored_as_declared(claim):
+    """Lesson 08's runs in a ledger claim's setting: stored with the declared arms, seeds, steps and keys, and a
+    live run's first step equals the stored one (the store is this code's)."""
+    arms, seeds, steps, keys = aggregation.LEDGER_RUNS[claim]
+    sweep, meta = load_sweep(RUNS_DIR / "aggregation" / f"ledger_{claim}.json")
+    assert list(sweep) == list(arms) and meta["seeds"] == list(seeds) and meta["steps"] == steps
+    assert all(set(cols) == set(keys) and np.asarray(cols[keys[0]]).shape == (len(seeds), steps)
+               for cols in sweep.values())
+    for cfg in aggregation.ledger_arms(claim).values():
+        cfg.validate()
+        assert cfg.steps == steps
+    head = aggregation.ledger_runs(claim, seeds=(0,), steps=1)
+    for arm in arms:
+        for k in keys:
+            np.testing.assert_allclose(head[arm][k], np.asarray(sweep[arm][k], float)[:1, :1], atol=1e-4)

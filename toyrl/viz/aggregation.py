@@ -78,12 +78,18 @@ def advantage_mass(G: int = 8, norms=("grpo", "dr_grpo", "rloo")) -> dict:
 def plot_token_weights(lengths, ax=None):
     """Per-token weight vs rollout length under token-mean and seq-mean-token-mean, on log-log axes (the weights
     are magnitudes spanning the length ratio); the legend outside the data, on the right."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
     ax = ax if ax is not None else subplots(size=figsize(8, 4.4), layout="constrained")[1]
     lengths = np.asarray(lengths)
     order = np.argsort(lengths)
     for mode in ("token-mean", "seq-mean-token-mean"):
         ax.plot(lengths[order], token_weights(lengths, mode)[order], "o-", label=mode, color=COLORS[mode])
     ax.set(xscale="log", yscale="log")
+    ax.set_xticks(sorted(set(lengths.tolist())), [str(n) for n in sorted(set(lengths.tolist()))])   # the lengths
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("rollout length |o_i| (policy tokens, log)")
     ax.set_ylabel("weight of one token (log)")
     ax.set_title(f"token weights of a batch of {len(lengths)} rollouts,\nlengths {', '.join(map(str, lengths))}",

@@ -162,6 +162,17 @@ def data_setting(p_expert: float, n_train: int, n_test: int) -> str:
     return f"{SETTING}, p_expert {p_expert:g}, {n_train} train / {n_test} held-out episodes"
 
 
+def _log_ticks(ax):
+    """Plain-number ticks on a log y axis (0.05, 0.1, 0.2, ... instead of 5 x 10^-2): at 1, 2 and 5 per decade,
+    denser where the view spans about a decade or less, so a few labels are always shown."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    lo, hi = ax.get_ylim()
+    dense = np.log10(hi / lo) < 1.2
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if dense else (1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _legend_below(ax, ncol: int = 1):
     """The axes' legend below its data (never over a curve), in the style's legend size."""
     ax.legend(fontsize=font_size("legend"), loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=ncol,
@@ -185,6 +196,7 @@ def plot_value_fit(results: dict, ax=None, title: str = "", *, setting: str = SE
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title or f"{setting}:\nheld-out value error, observable vs privileged critic",
                  fontsize=font_size("title"))
+    _log_ticks(ax)
     _legend_below(ax)
     return ax
 
@@ -200,6 +212,7 @@ def plot_td_losses(arch: dict, setting: str = SETTING, ax=None):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{setting}: ArCHer double critic\nmean A of expert moves {arch['adv_expert']:+.3f}, "
                  f"of other moves {arch['adv_other']:+.3f}", fontsize=font_size("title"))
+    _log_ticks(ax)
     _legend_below(ax)
     return ax
 
@@ -240,6 +253,7 @@ def plot_critic_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_
                 "gradient norm (log)", colors=COLORS)
     top.tick_params(labelbottom=True)
     bottom.set_yscale("log")
+    _log_ticks(bottom)
     bottom.get_legend().remove()
     fig.suptitle(CURVES_SETTING, fontsize=font_size("suptitle"))
     return fig
