@@ -246,9 +246,10 @@ def test_value_panel_range(p_expert, n_train, steps):
     te = critics.collect_grid(16, seed=99, p_expert=p_expert, max_turns=6)
     fits = {p: critics.fit_value(tr, te, privileged=p, steps=min(steps, 40), every=20) for p in (False, True)}
     assert all(np.isfinite(f["test_mse"]).all() for f in fits.values())
-    drawn = line_data(critics.plot_value_fit(fits))
+    drawn = line_data(critics.plot_value_fit({"privileged" if p else "observable": f for p, f in fits.items()}))
     assert len(drawn) == 2
     for (label, (x, y)), (p, f) in zip(drawn.items(), fits.items()):
+        p = "privileged" if p else "observable"
         assert label == f"{p} (final {f['test_mse'][-1]:.4f})"                # the legend names the final error
         np.testing.assert_allclose(x, f["step"])
         np.testing.assert_allclose(y, f["test_mse"])
@@ -324,15 +325,18 @@ def test_tree_panel_range(strategy, seed, task):
     nodes, leaves = ax.collections[0].get_offsets(), trees.leaf_outcomes(node, mask, R)
     assert len(nodes) == len(pos) - 1 == len({n for _, n in edges})
     assert len(ax.collections) == 2 + len(leaves) and set(leaves.values()) <= {0.0, 1.0}
-    assert ax.get_title() == f"{trees.TREE_SETTING}: {node.shape[0]} leaves, {len(pos) - 1} turn nodes"
+    assert ax.get_title() == f"{trees.TREE_SETTING}:\none task's tree, {node.shape[0]} leaves, {len(pos) - 1} turn nodes"
     assert_figure_standard(ax.figure, "GridWorld 4x4", "untrained policy", "G=8")
 
 
 def test_tree_panel_title():
     _, _, _, stats = trees.sample_tree("arpo", seed=2, task=1)
+    node, mask, _, _ = trees.sample_tree("arpo", seed=2, task=1)
     fig = trees.tree_panel("arpo", seed=2, task=1)
-    assert fig.axes[0].get_title() == (f"{trees.TREE_SETTING}, arpo, seed 2, task 1:\n{stats['leaves']} leaves in the "
-                                       f"batch, {stats['tokens_generated']} tokens (budget {stats['token_budget']})")
+    assert fig.axes[0].get_title() == (f"{trees.TREE_SETTING}\narpo, seed 2, task 1: {node.shape[0]} leaves, "
+                                       f"{len(trees.tree_edges(node, mask)[0])} turn nodes\nwhole batch (2 tasks): "
+                                       f"{stats['leaves']} leaves, {stats['tokens_generated']} tokens "
+                                       f"(budget {stats['token_budget']})")
     assert_figure_standard(fig, "GridWorld 4x4", "arpo", "seed 2", "task 1")
 
 
@@ -414,6 +418,8 @@ def test_arms_validate():
 SWEEPS = {"void/filter.json": void.void_arms(), "context/mismatch.json": context.context_arms(),
           "critics/curves.json": critics.critic_arms(), "trees/curves.json": trees.tree_arms(),
           "aggregation/length.json": aggregation.length_arms(), "aggregation/loop.json": aggregation.loop_arms(),
+          "aggregation/ledger_length_bias.json": aggregation.ledger_arms("length_bias"),
+          "aggregation/ledger_is_granularity.json": aggregation.ledger_arms("is_granularity"),
           "prototype/compare.json": prototype.prototype_arms()}
 
 
@@ -443,3 +449,21 @@ def test_exercises_wrong_answers_give_hints():
 def test_matches_example():
     assert matches([0.5, 0.5], np.array([0.5, 0.5])) and matches(torch.tensor([1.0]), [1.0 + 1e-7])
     assert not matches([0.5], np.array([0.5, 0.5])) and not matches([0.5, 0.6], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("claim", list(aggregation.LEDGER_RUNS))
+def test_ledger_runs_stored_as_declared(claim):
+    """Lesson 08's runs in a ledger claim's setting: stored with the declared arms, seeds, steps and keys, and a
+    live run's first step equals the stored one (the store is this code's)."""
+    arms, seeds, steps, keys = aggregation.LEDGER_RUNS[claim]
+    sweep, meta = load_sweep(RUNS_DIR / "aggregation" / f"ledger_{claim}.json")
+    assert list(sweep) == list(arms) and meta["seeds"] == list(seeds) and meta["steps"] == steps
+    assert all(set(cols) == set(keys) and np.asarray(cols[keys[0]]).shape == (len(seeds), steps)
+               for cols in sweep.values())
+    for cfg in aggregation.ledger_arms(claim).values():
+        cfg.validate()
+        assert cfg.steps == steps
+    head = aggregation.ledger_runs(claim, seeds=(0,), steps=1)
+    for arm in arms:
+        for k in keys:
+            np.testing.assert_allclose(head[arm][k], np.asarray(sweep[arm][k], float)[:1, :1], atol=1e-4)

@@ -103,8 +103,9 @@ def test_plot_tree_panel_figure(key, x):
     assert "fresh episodes" in fresh.get_title() and fresh.get_ylabel() == "fresh-episode success rate"
     for ax in fig.axes:
         assert ax.get_xlabel() == ("RL step" if x == "step" else "tokens generated (cumulative)")
-        assert [t.get_text() for t in ax.get_legend().get_texts()] == list(sweep)       # one entry per arm and band
         assert len(ax.collections) == len(sweep)                                          # one band per arm
+    assert left.get_legend() is None                                                      # the same arms: one legend
+    assert [t.get_text() for t in right.get_legend().get_texts()] == list(sweep)        # one entry per arm and band
     if key != "tokens_generated":
         assert left.get_ylim() == right.get_ylim()                                        # one success scale
     assert_figure_standard(fig, trees.SETTING, label(key), "training rows", "fresh episodes",

@@ -26,16 +26,22 @@ import torch
 from ..credit.outcome import dr_grpo, grpo, rloo
 from ..objectives import agg_weights
 from ..train import TrainConfig
-from .prototype import RUNS_DIR, arms_figure, final_mean, sweep_to
+from .prototype import RUNS_DIR, arms_figure, compare, final_mean, sweep_to
+from .style import arm_color, figsize, font_size, subplots
 
 __all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "weights_panel",
            "grid_config", "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "agg_panel", "precompute",
-           "KEYS", "SETTING"]
+           "ledger_arms", "ledger_runs", "LEDGER_RUNS", "COLORS", "KEYS", "SETTING"]
 
 SETTING = "GridWorld 4x4, P=4 x G=8, think <= 4"
 """the setting of this notebook's sweeps (``grid_config``: at most 4 reasoning tokens per turn), named in its
 figure titles"""
 KEYS = ("reward_mean", "success_rate", "turns_per_episode", "zero_var_frac", "clip_frac", "grad_norm")
+COLORS = {"GRPO, token-mean": "#1f77b4", "GRPO, seq-mean-token-mean": "#17becf", "Dr. GRPO": "#8c564b",
+          "RLOO": "#2ca02c", "LOOP token": "#d62728", "LOOP turn": "#9467bd", "LOOP trajectory": "#ff7f0e",
+          "random maps, no BC": "#7f7f7f", "random maps, BC 20": "#e377c2", "token-mean": "#1f77b4",
+          "seq-mean-token-mean": "#17becf"}
+"""arm (or aggregation mode) -> its colour in every figure of the lesson"""
 
 
 def token_weights(lengths, mode: str = "seq-mean-token-mean") -> np.ndarray:
@@ -70,39 +76,47 @@ def advantage_mass(G: int = 8, norms=("grpo", "dr_grpo", "rloo")) -> dict:
 
 
 def plot_token_weights(lengths, ax=None):
-    """Per-token weight vs rollout length under token-mean and seq-mean-token-mean."""
-    import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.4), layout="constrained")[1]
+    """Per-token weight vs rollout length under token-mean and seq-mean-token-mean, on log-log axes (the weights
+    are magnitudes spanning the length ratio); the legend outside the data, on the right."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    ax = ax if ax is not None else subplots(size=figsize(8, 4.4), layout="constrained")[1]
     lengths = np.asarray(lengths)
     order = np.argsort(lengths)
     for mode in ("token-mean", "seq-mean-token-mean"):
-        ax.plot(lengths[order], token_weights(lengths, mode)[order], "o-", label=mode)
-    ax.set_xlabel("rollout length |o_i| (policy tokens)")
-    ax.set_ylabel("weight of one of its tokens")
-    ax.set_title(f"token weights of a batch of {len(lengths)} rollouts, lengths {', '.join(map(str, lengths))}",
-                 fontsize=10)
-    ax.legend(fontsize=8)
+        ax.plot(lengths[order], token_weights(lengths, mode)[order], "o-", label=mode, color=COLORS[mode])
+    ax.set(xscale="log", yscale="log")
+    ax.set_xticks(sorted(set(lengths.tolist())), [str(n) for n in sorted(set(lengths.tolist()))])   # the lengths
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("rollout length |o_i| (policy tokens, log)")
+    ax.set_ylabel("weight of one token (log)")
+    ax.set_title(f"token weights of a batch of {len(lengths)} rollouts,\nlengths {', '.join(map(str, lengths))}",
+                 fontsize=font_size("title"))
+    ax.legend(fontsize=font_size("legend"), loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return ax
 
 
 def plot_advantage_mass(G: int = 8, ax=None):
-    """Total |A| per group vs number of successes k for GRPO, Dr. GRPO and RLOO."""
-    import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(6, 3.4), layout="constrained")[1]
+    """Total |A| per group vs number of successes k for GRPO, Dr. GRPO and RLOO (integer ticks for k); the legend
+    outside the data, on the right."""
+    from matplotlib.ticker import MaxNLocator
+    ax = ax if ax is not None else subplots(size=figsize(8, 4.4), layout="constrained")[1]
     for name, m in advantage_mass(G).items():
-        ax.plot(np.arange(G + 1), m, "o-", label=name)
+        ax.plot(np.arange(G + 1), m, "o-", label=name, color=arm_color(name))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"successes k out of G = {G}")
     ax.set_ylabel("sum_i |A_i| in the group")
-    ax.set_title(f"advantage mass of one group of G = {G} binary outcomes", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(f"advantage mass of one group\nof G = {G} binary outcomes", fontsize=font_size("title"))
+    ax.legend(fontsize=font_size("legend"), loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return ax
 
 
 def weights_panel(short: int = 3, long: int = 24, G: int = 8):
-    """Notebook 8's weights widget: ``plot_token_weights`` of lengths (short, midpoint, long) beside
+    """Notebook 8's weights widget: ``plot_token_weights`` of lengths (short, midpoint, long) above
     ``plot_advantage_mass(G)``."""
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), layout="constrained")
+    fig, axes = subplots(2, 1, size=figsize(8, 6.4), layout="constrained")
     plot_token_weights([short, (short + long) // 2, long], ax=axes[0])
     plot_advantage_mass(G, ax=axes[1])
     return fig
@@ -154,7 +168,10 @@ def granularity_table(sweep: dict, arms=("LOOP token", "LOOP turn", "LOOP trajec
 def plot_agg_panel(sweep: dict, key: str = "turns_per_episode", arms=None, smooth_w: int = 5):
     """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds), titled with the setting
     (loop.json's random-maps arms: random 4x4 lakes instead of the fixed map)."""
-    return arms_figure(sweep, key, arms, smooth_w, setting=SETTING)
+    fig = arms_figure(sweep, key, arms, smooth_w, setting=SETTING, colors=COLORS)
+    ax = fig.axes[0]
+    ax.set_title(ax.get_title().replace(f"{SETTING}: ", f"{SETTING}:\n"))    # two lines: it fits a slide
+    return fig
 
 
 def agg_panel(sweeps: dict, sweep: str = "", metric: str = "turns_per_episode", smooth: int = 5):
@@ -163,17 +180,43 @@ def agg_panel(sweeps: dict, sweep: str = "", metric: str = "turns_per_episode", 
     return plot_agg_panel(sweeps[sweep or next(iter(sweeps))], key=metric, smooth_w=smooth)
 
 
-def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30, which=("length", "loop")) -> list:
-    """Write data/runs/aggregation/length.json and loop.json (``which`` picks)."""
+LEDGER_RUNS = {"length_bias": (("lake_tm", "lake_smtm"), (0, 1, 2, 3), 60, ("tokens_generated", "batch_size")),
+               "is_granularity": (("token", "turn", "trajectory"), (0, 1, 2), 25, ("clip_frac", "success_rate"))}
+"""claim -> (arms, seeds, steps, keys) of the runs notebook 8 shows in a ledger claim's setting (its quick config
+with ``steps`` steps; fewer seeds than the ledger's 10)"""
+
+
+def ledger_arms(claim: str) -> dict:
+    """The ``LEDGER_RUNS`` arms of ``claim`` as TrainConfigs: the claim's quick config, ``steps`` long."""
+    from ..lab.claims import CLAIMS
+    arms, _, steps, _ = LEDGER_RUNS[claim]
+    return {a: TrainConfig(**{**CLAIMS[claim].config(a, quick=True), "steps": steps, "progress": False})
+            for a in arms}
+
+
+def ledger_runs(claim: str, *, seeds=None, steps=None, progress: bool = False) -> dict:
+    """Train ``claim``'s ``LEDGER_RUNS`` arms on its seeds (or ``seeds``; ``steps`` overrides the length) ->
+    {arm: {key: (S, N) list}} (``compare``; ``progress``: a tqdm bar)."""
+    _, s0, _, keys = LEDGER_RUNS[claim]
+    return compare(ledger_arms(claim), seeds if seeds is not None else s0, keys=keys, steps=steps, progress=progress)
+
+
+def precompute(out_dir=None, seeds=(0, 1, 2), steps: int = 30, which=("length", "loop", "ledger")) -> list:
+    """Write data/runs/aggregation/length.json, loop.json (``seeds`` x ``steps``) and ledger_<claim>.json (the
+    ``LEDGER_RUNS`` of each claim) (``which`` picks)."""
     out_dir = Path(out_dir or RUNS_DIR / "aggregation")
     paths = []
     for name, arms in (("length", length_arms), ("loop", loop_arms)):
         if name in which:
             paths.append(sweep_to(out_dir / f"{name}.json", arms(steps), seeds, steps, KEYS,
                                   f"python -m toyrl.viz.aggregation {name}"))
+    if "ledger" in which:
+        for claim, (_, s0, n, keys) in LEDGER_RUNS.items():
+            paths.append(sweep_to(out_dir / f"ledger_{claim}.json", ledger_arms(claim), s0, n, keys,
+                                  "python -m toyrl.viz.aggregation ledger"))
     return paths
 
 
 if __name__ == "__main__":
     import sys
-    print(precompute(which=tuple(sys.argv[1:]) or ("length", "loop")))
+    print(precompute(which=tuple(sys.argv[1:]) or ("length", "loop", "ledger")))

@@ -11,7 +11,7 @@ state, so a widget callback is ``fig = f(**slider_values)`` and a test can call 
 """
 from __future__ import annotations
 
-from functools import partial
+from functools import partial, wraps
 from typing import Callable, Optional, Sequence
 
 import matplotlib.pyplot as plt
@@ -21,7 +21,7 @@ from matplotlib.ticker import MaxNLocator
 from .style import arm_color, figsize, font_size, subplots
 
 __all__ = ["KINDS", "KIND_COLORS", "METRIC_LABELS", "label", "legend", "new_figure", "heatmap", "shared_vmax", "plot_log", "smooth",
-           "as_numpy", "log_columns", "mark_steps", "compare_runs", "bind"]
+           "as_numpy", "log_columns", "mark_steps", "compare_runs", "bind", "shown"]
 
 #: token kinds of a flat multi-turn sequence, in the order of their integer codes ("end": END, the toy's </think>)
 KINDS = ("pad", "prompt", "think", "action", "void", "obs", "end")
@@ -231,3 +231,24 @@ def bind(fn: Callable, *data, **fixed) -> partial:
                                               if q.name not in fixed and q.kind is not q.KEYWORD_ONLY])
     return p
 
+
+
+def shown(fn: Callable) -> Callable:
+    """A widget callback that draws: calls ``fn`` (a function returning a Figure, e.g. ``bind(curve_panel,
+    sweep)``), shows the figure with ``plt.show()`` and returns None. ipywidgets' ``interactive`` redraws its
+    output area on every change, but a Figure that is only returned is not drawn reliably in JupyterLab (once
+    matplotlib has left interactive mode nothing displays it), and returning it as well would draw it twice.
+
+        widgets.interactive(shown(bind(curve_panel, sweep)), metric=["success_rate", "grad_norm"])
+
+    Keeps ``fn``'s name and signature (what ``interactive`` turns into widgets).
+    """
+    import inspect
+
+    @wraps(fn)
+    def callback(*args, **kwargs):
+        fn(*args, **kwargs)
+        plt.show()
+
+    callback.__signature__ = inspect.signature(fn)
+    return callback

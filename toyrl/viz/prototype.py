@@ -45,24 +45,29 @@ SETTING = "BanditChain (fixed layout), P=4 x G=8"
 
 # ---- comparing arms on the same seeds ---------------------------------------------------------
 def compare(arms: dict, seeds=(0, 1, 2), keys=("reward_mean", "success_rate"), *, steps: Optional[int] = None,
-            verbose: bool = False) -> dict:
+            verbose: bool = False, progress: bool = False) -> dict:
     """Train each arm (name -> TrainConfig) on every seed; keep ``keys`` -> {arm: {key: (S, N) list}}.
 
-    ``steps`` overrides every arm's step count (a smoke run). Seeds are shared, so arm differences
-    are not seed differences. Example: compare({"grpo": TrainConfig(steps=3)}, seeds=(0,))["grpo"]
-    ["reward_mean"] is a 1 x 3 list.
+    ``steps`` overrides every arm's step count (a short run). Seeds are shared, so arm differences
+    are not seed differences. ``progress``: a ``tqdm.auto`` bar over the arm x seed runs (a notebook's
+    live cell). Example: compare({"grpo": TrainConfig(steps=3)}, seeds=(0,))["grpo"]["reward_mean"] is a
+    1 x 3 list.
     """
-    out: dict = {}
+    from tqdm.auto import tqdm
+    out: dict = {name: {k: [] for k in keys} for name in arms}
+    bar = tqdm(total=len(arms) * len(seeds), desc="training runs", disable=not progress)
     for name, cfg in arms.items():
-        out[name] = {k: [] for k in keys}
         for s in seeds:
+            bar.set_postfix_str(f"{name}, seed {s}")
             c = replace(cfg, seed=int(s), progress=False, **({"steps": steps} if steps is not None else {}))
             log = train(c)
             for k in keys:
                 col = [r.get(k) for r in log.rows]
                 out[name][k].append([float("nan") if v is None or isinstance(v, list) else float(v) for v in col])
+            bar.update(1)
             if verbose:
                 print(f"{name} seed {s}: final reward {out[name][keys[0]][-1][-1]:.3f}", flush=True)
+    bar.close()
     return out
 
 
@@ -116,20 +121,27 @@ def smooth(x, w: int = 1) -> np.ndarray:
         return x
     out = np.empty_like(x)
     for t in range(x.shape[-1]):
-        out[..., t] = np.nanmean(x[..., max(0, t - w + 1):t + 1], axis=-1)
+        win = x[..., max(0, t - w + 1):t + 1]
+        n = np.isfinite(win).sum(-1)
+        out[..., t] = np.where(n > 0, np.where(np.isfinite(win), win, 0.0).sum(-1) / np.maximum(n, 1), np.nan)
     return out
 
 
 def curve_stats(rows, w: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard error over seeds (S, N) -> ((N,), (N,)), after smoothing each seed."""
-    x = smooth(np.asarray(rows, dtype=float), w)
-    n = np.sum(np.isfinite(x), 0).clip(min=1)
-    return np.nanmean(x, 0), np.nanstd(x, 0) / np.sqrt(n)
+    x = smooth(np.asarray(rows, dtype=float), w)                               # (S, N)
+    ok = np.isfinite(x)
+    n = ok.sum(0)                                                              # (N,) seeds with a value
+    z = np.where(ok, x, 0.0)
+    mean = np.where(n > 0, z.sum(0) / n.clip(min=1), np.nan)                   # NaN (no warning) where no seed has one
+    var = np.where(ok, (z - mean) ** 2, 0.0).sum(0) / n.clip(min=1)
+    return mean, np.where(n > 0, np.sqrt(var) / np.sqrt(n.clip(min=1)), np.nan)
 
 
 def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "step") -> dict:
     """The data of a sweep panel: {arm: {"x", "mean", "se", "n"}} (each (N,), ``n`` the seed count), for the
-    chosen arms that logged ``key``.
+    chosen arms that logged ``key`` (an arm whose ``key`` is NaN throughout, e.g. GRPO's ``critic_loss``, is
+    left out: it has no curve to draw, so it gets no legend entry).
 
     ``mean`` / ``se``: mean and standard error over seeds after smoothing (``curve_stats``); ``x``:
     the step index, or with ``x="tokens"`` the cumulative mean ``tokens_generated`` (an equal-budget axis).
@@ -137,20 +149,22 @@ def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "st
     """
     out = {}
     for name in arms or sweep:
-        if key in sweep[name]:
+        if key in sweep[name] and np.isfinite(np.asarray(sweep[name][key], dtype=float)).any():
             m, se = curve_stats(sweep[name][key], smooth_w)
             xs = np.arange(len(m)) if x == "step" else np.cumsum(np.nanmean(sweep[name]["tokens_generated"], 0))
             out[name] = {"x": xs, "mean": m, "se": se, "n": len(sweep[name][key])}
     return out
 
 
-def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylabel: str = ""):
-    """Draw ``arm_curves``' output on ``ax``: one line per arm in the arm's fixed colour (``style.arm_color``),
-    labelled by arm, and its +- s.e. band, which shares the arm's legend entry (``plots.legend``; the legend,
-    outside the data on the right, says in its title what the band is). Steps get integer ticks."""
+def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylabel: str = "", *,
+                colors: Optional[dict] = None):
+    """Draw ``arm_curves``' output on ``ax``: one line per arm in the arm's fixed colour (``colors[arm]`` where
+    given, else ``style.arm_color``), labelled by arm, and its +- s.e. band, which shares the arm's legend entry
+    (``plots.legend``; the legend, outside the data on the right, says in its title what the band is). Steps get
+    integer ticks."""
     from matplotlib.ticker import MaxNLocator
     for name, c in curves.items():
-        line, = ax.plot(c["x"], c["mean"], label=name, color=arm_color(name))
+        line, = ax.plot(c["x"], c["mean"], label=name, color=(colors or {}).get(name) or arm_color(name))
         ax.fill_between(c["x"], c["mean"] - c["se"], c["mean"] + c["se"], alpha=0.2, color=line.get_color(),
                         label=name)
     n = sorted({c["n"] for c in curves.values()})
@@ -164,22 +178,29 @@ def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylab
     return ax
 
 
+def _title(setting: str, what: str) -> str:
+    """The title of a curve figure: "setting: what" (just "what" without a setting)."""
+    return f"{setting}: {what}" if setting else what
+
+
 def arms_figure(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, x: str = "step",
-                setting: str = ""):
+                setting: str = "", *, colors: Optional[dict] = None):
     """Widget panel: ``key`` over steps (or cumulative tokens, ``x="tokens"``) for the chosen arms of a
     sweep (mean +- s.e. over seeds); arms that did not log ``key`` are left out. The title names the
-    ``setting`` (e.g. "GridWorld 4x4, GRPO, P=4 x G=8") and the metric."""
+    ``setting`` (e.g. "GridWorld 4x4, GRPO, P=4 x G=8") and the metric; ``colors``: arm -> colour (a lesson's
+    fixed colours), else ``style.arm_color``."""
     fig, ax = subplots(size=figsize(8, 4), layout="constrained")
     what = label(key) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")
-    draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), f"{setting}: {what}" if setting else what,
-                "RL step" if x == "step" else "tokens generated (cumulative)", label(key))
+    draw_curves(ax, arm_curves(sweep, key, arms, smooth_w, x), _title(setting, what),
+                "RL step" if x == "step" else "tokens generated (cumulative)", label(key), colors=colors)
     return fig
 
 
-def curve_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5, *, setting: str = ""):
+def curve_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5, *, setting: str = "",
+                colors: Optional[dict] = None):
     """The notebooks' learning-curve widget: ``arms_figure`` of every arm, by the widget's names. Bind the
     sweep (and its setting), not a global: ``interactive(bind(curve_panel, sweep, setting="..."), metric=[...])``."""
-    return arms_figure(sweep, metric, None, smooth, setting=setting)
+    return arms_figure(sweep, metric, None, smooth, setting=setting, colors=colors)
 
 
 def final_mean(rows, last: int = 10) -> tuple[float, float]:
@@ -195,8 +216,7 @@ def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, 
     if ax is None:
         ax = subplots(size=figsize(8, 4), layout="constrained")[1]
     what = f"{label(key)} ({w}-step mean)"
-    draw_curves(ax, arm_curves(sweep, key, arms, w), title or (f"{setting}: {what}" if setting else what), "RL step",
-                label(key))
+    draw_curves(ax, arm_curves(sweep, key, arms, w), title or _title(setting, what), "RL step", label(key))
     return ax
 
 

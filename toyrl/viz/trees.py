@@ -1,4 +1,5 @@
-"""Trees and exploration (notebook 7): Tree-GRPO, ARPO, PATR and T2PO at an equal token budget.
+"""Trees and exploration (notebook 7): Tree-GRPO, ARPO and PATR at an equal token budget, and T2PO's resampling
+(which spends more).
 
 Dimension legend: B leaves (rows), H turns, P tasks, G group size, S seeds, N steps.
 
@@ -33,11 +34,12 @@ import torch
 from ..train import TrainConfig, Trainer
 from .plots import label
 from .prototype import arm_curves, curve_stats, draw_curves, final_mean, sweep_precompute
+from .style import arm_color, figsize, font_size, subplots
 
 __all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "leaf_outcomes", "draw_tree",
            "sample_tree", "tree_panel", "evaluated_steps", "last_evaluated", "final_evaluated", "success_gap",
            "key_curves", "final_table",
-           "plot_tree_panel", "tree_curve_panel", "precompute", "KEYS", "SETTING", "TREE_SETTING", "EVAL_KEY",
+           "plot_tree_panel", "tree_curve_panel", "precompute", "COLORS", "KEYS", "SETTING", "TREE_SETTING", "EVAL_KEY",
            "EVAL_EVERY", "EVAL_EPISODES", "STEPS"]
 
 EVAL_KEY = "eval_success_rate"
@@ -48,6 +50,9 @@ EVAL_EPISODES = 32
 """fresh episodes per evaluation, one per held-out task (the ledger's number)"""
 STEPS = 60
 """RL steps of the stored sweep (the ledger's number)"""
+COLORS = {"independent (GRPO)": arm_color("grpo"), "Tree-GRPO": "#d62728", "ARPO": "#2ca02c", "PATR": "#9467bd",
+          "T2PO eta=0.3": "#ff7f0e"}
+"""arm -> its colour in every figure of the lesson (five distinct colours; GRPO's as in every lesson)"""
 KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode", EVAL_KEY)
 SETTING = "GridWorld 4x4 random lakes, P=4 x G=8 token budget"
 """the setting of the sweep (``tree_arms``), named in its learning-curve titles"""
@@ -157,43 +162,46 @@ def leaf_outcomes(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor) 
 def draw_tree(node: torch.Tensor, turn_mask: torch.Tensor, R: torch.Tensor, ax=None, title: str = "", *,
               setting: str = TREE_SETTING):
     """Draw the rows' tree: one dot per turn node (at ``tree_layout``), an edge per ``tree_edges`` pair,
-    leaves coloured by outcome (green 1, grey 0; ``leaf_outcomes``), a legend of the markers; the default
-    title names ``setting`` and the leaf and node counts."""
-    import matplotlib.pyplot as plt
+    leaves coloured by outcome (green 1, grey 0; ``leaf_outcomes``), a legend of the markers outside the data;
+    the default title names ``setting`` and the leaf and node counts of the rows drawn."""
     from matplotlib.lines import Line2D
     edges, depth = tree_edges(node, turn_mask)
     pos = tree_layout(edges, depth)
-    ax = ax if ax is not None else plt.subplots(figsize=(9, 3.8), layout="constrained")[1]
+    ax = ax if ax is not None else subplots(size=figsize(9, 4.8), layout="constrained")[1]
     for p, c in edges:
         (x0, y0), (x1, y1) = pos[p], pos[c]
-        ax.plot([x0, x1], [y0, y1], "-", color="0.6", lw=0.8)
+        ax.plot([x0, x1], [y0, y1], "-", color="0.6", lw=1.2)
     leaf_of = leaf_outcomes(node, turn_mask, R)
     xs = [pos[n][0] for n in pos if n != -1]
     ys = [pos[n][1] for n in pos if n != -1]
-    ax.scatter(xs, ys, s=10, color="C0", zorder=3)
+    ax.scatter(xs, ys, s=20, color="C0", zorder=3)
     for n, r in leaf_of.items():
-        ax.scatter(*pos[n], s=40, color="C2" if r > 0 else "0.5", zorder=4)
-    ax.scatter(*pos[-1], s=60, color="k", marker="s", zorder=4)
+        ax.scatter(*pos[n], s=70, color="C2" if r > 0 else "0.5", zorder=4)
+    ax.scatter(*pos[-1], s=90, color="k", marker="s", zorder=4)
     H = max(depth.values(), default=-1) + 1
-    ax.set_yticks([-(k + 1) for k in range(0, H, max(1, H // 6))] + [0],
-                  [str(k) for k in range(0, H, max(1, H // 6))] + ["prompt"])
+    ticks = list(range(0, H, max(1, -(-H // 5))))
+    ax.set_yticks([-(k + 1) for k in ticks] + [0], [str(k) for k in ticks] + ["prompt"])
     ax.set_ylabel("turn index k")
     ax.set_xlabel("leaves, depth-first order")
     ax.set_xticks([])
-    ax.set_title(title or f"{setting}: {node.shape[0]} leaves, {len(pos) - 1} turn nodes", fontsize=10)
-    dot = lambda c, m="o", s=6: Line2D([], [], ls="", marker=m, color=c, markersize=s)   # noqa: E731
-    ax.legend([dot("k", "s"), dot("C0", s=4), dot("C2"), dot("0.5")], ["prompt", "turn", "leaf: success (R=1)",
-              "leaf: failure (R=0)"], fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title or f"{setting}:\none task's tree, {node.shape[0]} leaves, {len(pos) - 1} turn nodes",
+                 fontsize=font_size("title"))
+    dot = lambda c, m="o", s=9: Line2D([], [], ls="", marker=m, color=c, markersize=s)   # noqa: E731
+    ax.legend([dot("k", "s"), dot("C0", s=6), dot("C2"), dot("0.5")], ["prompt", "turn", "leaf: success (R=1)",
+              "leaf: failure (R=0)"], fontsize=font_size("legend"), loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0)
     return ax
 
 
 def tree_panel(strategy: str = "tree", seed: int = 0, task: int = 0):
-    """Notebook 7's tree widget: ``draw_tree`` of one task's rows of a fresh ``strategy`` batch, the title
-    naming the batch's leaves and tokens against its budget."""
+    """Notebook 7's tree widget: ``draw_tree`` of one task's rows of a fresh ``strategy`` batch (2 tasks); the
+    title names that task's leaves and turn nodes, and, labelled as such, the whole batch's leaves and tokens
+    against its budget."""
     node, mask, R, stats = sample_tree(strategy, seed=seed, task=task)
-    ax = draw_tree(node, mask, R, title=f"{TREE_SETTING}, {strategy}, seed {seed}, task {task}:\n"
-                                        f"{stats['leaves']} leaves in the batch, {stats['tokens_generated']} tokens "
-                                        f"(budget {stats['token_budget']})")
+    n_nodes = len(tree_edges(node, mask)[0])
+    ax = draw_tree(node, mask, R, title=f"{TREE_SETTING}\n{strategy}, seed {seed}, task {task}: {node.shape[0]} "
+                                        f"leaves, {n_nodes} turn nodes\nwhole batch (2 tasks): {stats['leaves']} "
+                                        f"leaves, {stats['tokens_generated']} tokens (budget {stats['token_budget']})")
     return ax.figure
 
 
@@ -281,27 +289,29 @@ def plot_tree_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w:
     """The learning curves, two panels side by side: left ``key`` on the training rows (tree leaves for a tree
     arm; smoothed over ``smooth_w`` steps), right the success on fresh episodes at the evaluated steps (the
     training-row success instead when ``key`` is ``EVAL_KEY``); mean +- s.e. over seeds (``draw_curves``),
-    x = "step" or "tokens" (cumulative), the suptitle naming ``SETTING``. Both success panels share one y range."""
-    import matplotlib.pyplot as plt
+    x = "step" or "tokens" (cumulative), one legend outside the data on the right, the suptitle naming
+    ``SETTING``. Both success panels share one y range."""
     other = "success_rate" if key == EVAL_KEY else EVAL_KEY
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    fig, axes = subplots(1, 2, size=figsize(10, 5), layout="constrained")
     xlabel = "RL step" if x == "step" else "tokens generated (cumulative)"
     for ax, k in zip(axes, (key, other)):
         fresh = k == EVAL_KEY
-        where = (f"fresh episodes ({EVAL_EPISODES} held-out tasks, every {EVAL_EVERY} steps)" if fresh
-                 else "training rows (a tree arm: its leaves)" + (f", {smooth_w}-step mean" if smooth_w > 1 else ""))
-        draw_curves(ax, key_curves(sweep, k, arms, smooth_w, x), f"{where}:\n{label(k)}", xlabel,
-                    "fresh-episode success rate" if fresh else label(k))
+        where = (f"fresh episodes\n(every {EVAL_EVERY} steps)" if fresh
+                 else "training rows\n(tree arm: leaves)" + (f", {smooth_w}-step mean" if smooth_w > 1 else ""))
+        draw_curves(ax, key_curves(sweep, k, arms, smooth_w, x), where, xlabel,
+                    "fresh-episode success rate" if fresh else label(k), colors=COLORS)
         if fresh:
             for ln in ax.get_lines():
                 ln.set_marker("o")
-                ln.set_markersize(3)
+                ln.set_markersize(5)
+    axes[0].get_legend().remove()                                             # the same arms: one legend, right
     if {key, other} == {"success_rate", EVAL_KEY}:
         lo = min(ax.get_ylim()[0] for ax in axes)
         hi = max(ax.get_ylim()[1] for ax in axes)
         for ax in axes:
             ax.set_ylim(lo, hi)
-    fig.suptitle(f"{SETTING}: training-row vs fresh-episode success", fontsize=11)
+    fig.suptitle(f"{SETTING}:\ntraining-row {label(key)} vs success on fresh episodes of {EVAL_EPISODES} held-out "
+                 f"tasks", fontsize=font_size("suptitle"))
     return fig
 
 
