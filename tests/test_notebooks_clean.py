@@ -1,5 +1,5 @@
-"""Notebook hygiene (the notebooks themselves run under nbval): outputs stripped, a kernelspec, the SMOKE
-flag, exercises at the end with a solution copy, and imports only from toyrl and the plotting stack."""
+"""Notebook hygiene (the notebooks themselves run under nbval): outputs stripped, a kernelspec, no SMOKE flag
+(what CI runs is what a student runs), the projector style for every figure, exercises at the end with a solution copy, and imports only from toyrl and the plotting stack."""
 import json
 import re
 from pathlib import Path
@@ -33,7 +33,8 @@ def test_outputs_stripped_and_kernelspec(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_structure(path):
     src = "\n".join(code(path))
-    assert 'SMOKE = "CI" in os.environ' in src or "SMOKE = 'CI' in os.environ" in src
+    assert "SMOKE" not in src and "os.environ" not in src, "no short CI version: the defaults are what runs"
+    assert re.search(r"^\s*use\(\s*[\"']slides[\"']\s*\)", src, flags=re.M), "use(\"slides\") before the first figure"
     assert "assert " in src, "claims are checked by asserts"
     assert len(re.findall(r"check\(\s*[\"']\d\d\.", src)) >= 2, "2-3 exercises checked by toyrl.exercises.check"
     assert (ROOT / "solutions" / path.name).exists(), "a solution copy"
