@@ -1,0 +1,76 @@
+"""Lessons 03, 04, 05 and 12 for a projector: every figure function of their viz modules at its defaults in the
+``slides`` style passes ``assert_projectable`` and ``assert_figure_standard``; the stored summaries these lessons show
+are recomputed from the stored series and must match what the ledger's JSON holds (a drift test)."""
+import numpy as np
+import pytest
+from conftest import assert_figure_standard, assert_projectable
+
+from toyrl.viz import ratios
+from toyrl.viz.style import figure_style
+
+
+@pytest.fixture(autouse=True)
+def _slides():
+    with figure_style("slides"):
+        yield
+
+
+def _integer_ticks(ax, axis="x"):
+    ticks = (ax.get_xticks() if axis == "x" else ax.get_yticks())
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    shown = [t for t in ticks if lo <= t <= hi]
+    assert shown and all(float(t).is_integer() for t in shown), shown
+
+
+# ---- lesson 03 -------------------------------------------------------------------------------------
+def test_ratio_panel_projectable_with_integer_turn_ticks():
+    fig = ratios.ratio_panel(clip="ppo", staleness=2)
+    assert_projectable(fig)
+    assert_figure_standard(fig, "MockSearch", "staleness 2", "ppo")
+    for ax in fig.axes[1:3]:
+        _integer_ticks(ax)
+    for ax in fig.axes[:2]:                                   # legends below the axes, outside the data
+        leg = ax.get_legend()
+        if leg is not None:
+            fig.canvas.draw()
+            assert leg.get_window_extent().y1 < ax.get_window_extent().y0
+
+
+def test_ratio_panel_auto_level_is_the_schemes_own():
+    assert ratios.resolve_level("auto", "gspo") == "sequence"
+    assert ratios.resolve_level("auto", "ppo") == "token"
+    assert ratios.resolve_level("turn", "gspo") == "turn"
+    fig = ratios.ratio_panel(clip="gspo")
+    assert "sequence ratio, gspo clip" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="level must be"):
+        ratios.resolve_level("row", "ppo")
+    with pytest.raises(ValueError, match="clip must be"):
+        ratios.resolve_level("auto", "nope")
+
+
+def test_plot_schemes_projectable_fixed_colours():
+    from toyrl.viz.style import arm_color
+    from matplotlib.colors import to_hex
+    st = ratios.compare_schemes(("ppo", "gspo", "cispo"), staleness=1)
+    fig = ratios.plot_schemes(st, ratios.setting_name("mock_search", 1))
+    assert_projectable(fig)
+    assert_figure_standard(fig, "staleness 1")
+    bars = fig.axes[0].containers[0]
+    assert [to_hex(b.get_facecolor()) for b in bars] == [arm_color(n) for n in ("ppo", "gspo", "cispo")]
+
+
+def test_turn_ratio_effects_match_the_ledger_json():
+    """The lesson recomputes each seed's effect from the stored gradient norms: it equals the ledger's test."""
+    from toyrl.viz.echo import LEDGER_DIR, ledger_tests
+    for d in (LEDGER_DIR, LEDGER_DIR / "heldout"):
+        eff = ratios.turn_ratio_effects(d)
+        _, tests = ledger_tests("turn_ratio", d)
+        for arm, key in (("think12", "think_max 12: log10 token/turn > 0 (turn smaller)"),
+                         ("think32", "think_max 32: log10 token/turn > 0 (turn smaller)")):
+            np.testing.assert_allclose(eff[arm], tests[key]["per_seed"], atol=1e-3)
+
+
+def test_ledger_sweep_shapes():
+    sw = ratios.ledger_sweep("env_mask", ["success_rate"])
+    assert set(sw) == {"masked", "unmasked"}
+    assert len(sw["masked"]["success_rate"]) == 10 and len(sw["masked"]["success_rate"][0]) == 60
