@@ -74,3 +74,37 @@ def test_ledger_sweep_shapes():
     sw = ratios.ledger_sweep("env_mask", ["success_rate"])
     assert set(sw) == {"masked", "unmasked"}
     assert len(sw["masked"]["success_rate"]) == 10 and len(sw["masked"]["success_rate"][0]) == 60
+
+
+# ---- lesson 04 -------------------------------------------------------------------------------------
+def _fake_void_gradients(seed=0, B=12, H=4):
+    rng = np.random.default_rng(seed)
+    void = rng.random(B) < 0.5
+    return {"void": void, "score_norm": rng.random(B) * 8, "grad_turn": rng.random(H), "void_rate_turn": rng.random(H),
+            "setting": "MockSearch 1-hop, 4 turns, seed 0"}
+
+
+def test_plot_void_gradients_projectable():
+    from toyrl.viz.void import plot_void_gradients
+    axes = plot_void_gradients(_fake_void_gradients())
+    fig = axes[0].figure
+    assert_projectable(fig)
+    assert_figure_standard(fig, "MockSearch", "seed 0")
+    _integer_ticks(axes[1])
+
+
+def test_void_panel_one_legend_fixed_colours_whatever_is_ticked():
+    from conftest import fake_sweep
+    from matplotlib.colors import to_hex
+    from toyrl.viz.style import arm_color
+    from toyrl.viz.void import KEYS, void_panel
+    sweep = fake_sweep(["GRPO", "GRPO + void filter", "GRPO + penalty 0.1"], KEYS, S=3, N=30)
+    for flags in ((True, True, True), (False, True, True), (False, False, True)):
+        fig = void_panel(sweep, grpo=flags[0], filtered=flags[1], penalty=flags[2])
+        assert_projectable(fig)
+        assert_figure_standard(fig, "MockSearch", "30 RL steps")
+        assert fig.axes[0].get_legend() is None and fig.axes[1].get_legend() is not None
+        for ax in fig.axes[:2]:
+            _integer_ticks(ax)
+            for ln in ax.get_lines():
+                assert to_hex(ln.get_color()) == arm_color(ln.get_label())

@@ -151,7 +151,7 @@ def test_void_gradients_small():
     assert_figure_standard(hist.figure, "MockSearch 1-hop", "free sampling", "P=1 x G=4", "seed 0", "one batch")
     assert sum(h.sum() for h in bar_heights(hist)) == 4                       # every trajectory in one histogram
     np.testing.assert_allclose(bar_heights(turns)[0], g["grad_turn"])
-    rate = line_data(turns.figure.axes[-1])["void-turn rate"][1]               # the twin axis
+    rate = line_data(turns.figure.axes[-1])["void-turn rate (right)"][1]       # the twin axis
     np.testing.assert_allclose(rate, g["void_rate_turn"])
     assert ((rate >= 0) & (rate <= 1)).all()
 
