@@ -108,3 +108,47 @@ def test_void_panel_one_legend_fixed_colours_whatever_is_ticked():
             _integer_ticks(ax)
             for ln in ax.get_lines():
                 assert to_hex(ln.get_color()) == arm_color(ln.get_label())
+
+
+# ---- lesson 05 -------------------------------------------------------------------------------------
+def _fake_bias(H=16, seed=0):
+    rng = np.random.default_rng(seed)
+    flat = rng.random(H) * 0.2
+    flat[:2] = 0
+    return {"matched": np.zeros(H), "flat": flat, "turns": np.linspace(32, 4, H).round()}
+
+
+def test_bias_figure_shares_its_axes_and_has_integer_turn_ticks():
+    from toyrl.viz.context import bias_figure
+    fig = bias_figure({"last_k": _fake_bias(seed=0), "summary": _fake_bias(seed=1)})
+    assert_projectable(fig)
+    assert_figure_standard(fig, "GridWorld 4x4", "seed 0")
+    a, b, ta, tb = fig.axes                                          # the two bias panels, then their twins
+    assert a.get_ylim() == b.get_ylim() and ta.get_ylim() == tb.get_ylim()
+    _integer_ticks(a)
+    assert any("0 on every turn" in t.get_text() for t in fig.legends[0].get_texts())
+
+
+def test_bias_panel_projectable():
+    from toyrl.viz import context
+    from toyrl.viz.context import plot_ratio_bias
+    ax = plot_ratio_bias(_fake_bias(), title="context=last_k, k=1")
+    assert_projectable(ax.figure)
+    assert_figure_standard(ax.figure, "context=last_k")
+    _integer_ticks(ax)
+    assert context.bias_panel.__doc__
+
+
+def test_context_seeds_small_multiples_share_y_fixed_colours():
+    from conftest import fake_sweep
+    from matplotlib.colors import to_hex
+    from toyrl.viz.context import ARM_COLORS, KEYS, context_seeds_panel
+    sweep = fake_sweep(list(ARM_COLORS), KEYS, S=3, N=40)
+    fig = context_seeds_panel(sweep, "success_rate", 5)
+    assert_projectable(fig)
+    assert_figure_standard(fig, "GridWorld 4x4", "one panel per seed")
+    assert len({ax.get_ylim() for ax in fig.axes}) == 1
+    assert len(set(ARM_COLORS.values())) == len(ARM_COLORS)
+    for ax in fig.axes:
+        _integer_ticks(ax)
+        assert [to_hex(ln.get_color()) for ln in ax.get_lines()] == list(ARM_COLORS.values())
