@@ -3,6 +3,7 @@
 are recomputed from the stored series and must match what the ledger's JSON holds (a drift test)."""
 import numpy as np
 import pytest
+import torch
 from conftest import assert_figure_standard, assert_projectable
 
 from toyrl.viz import ratios
@@ -152,3 +153,69 @@ def test_context_seeds_small_multiples_share_y_fixed_colours():
     for ax in fig.axes:
         _integer_ticks(ax)
         assert [to_hex(ln.get_color()) for ln in ax.get_lines()] == list(ARM_COLORS.values())
+
+
+# ---- lesson 12 -------------------------------------------------------------------------------------
+def _fake_logs(n_arms=("exact engine", "lag 2 engine", "lag 2 engine + seq_mis"), S=3, N=20, seed=0):
+    rng = np.random.default_rng(seed)
+    return {a: [{"success_rate": rng.random(N).tolist(), "engine_kl": rng.random(N).tolist()} for _ in range(S)]
+            for a in n_arms}
+
+
+def test_plot_ratio_vs_prob_magnitude_on_its_own_log_axis_and_none_draws_nothing():
+    from toyrl.viz.engine import plot_ratio_vs_prob
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 30, generator=g, dtype=torch.float64) * 6
+    rollout = old + torch.randn(old.shape, generator=g, dtype=torch.float64) * 0.3
+    mask = torch.ones(4, 30, dtype=torch.bool)
+    fig = plot_ratio_vs_prob(old, rollout, mask, title="BanditChain, noise engine", weights=torch.ones_like(old),
+                             keep=mask, correction="none")
+    assert_projectable(fig)
+    assert_figure_standard(fig, "BanditChain", "noise engine", "KL")
+    signed, mag = fig.axes[:2]
+    assert mag.get_yscale() == "log" and (mag.get_lines()[0].get_ydata() > 0).all()
+    assert len(signed.collections) == 1                             # "none": no dots at log weight 0, no crosses
+
+
+def test_plot_engine_runs_projectable_fixed_colours_legend_outside():
+    from matplotlib.colors import to_hex
+    from toyrl.viz.engine import engine_color, plot_engine_runs
+    logs = _fake_logs()
+    fig = plot_engine_runs(logs, "success_rate", title="BanditChain 3 stages x 4 arms", smooth_w=2)
+    assert_projectable(fig)
+    assert_figure_standard(fig, "BanditChain")
+    ax = fig.axes[0]
+    assert [to_hex(ln.get_color()) for ln in ax.get_lines()] == [engine_color(a) for a in logs]
+    fig.canvas.draw()
+    assert ax.get_legend().get_window_extent().x0 > ax.get_window_extent().x1     # right of the axes
+    _integer_ticks(ax)
+
+
+def test_plot_engine_arms_small_multiples_share_y_with_the_reference_dashed():
+    from toyrl.viz.engine import ENGINE_COLORS, plot_engine_arms
+    logs = _fake_logs(tuple(ENGINE_COLORS)[:6])
+    fig = plot_engine_arms(logs, "success_rate", title="BanditChain 3 stages x 4 arms, seeds 100-102",
+                           reference="exact engine", smooth_w=3)
+    assert_projectable(fig)
+    assert_figure_standard(fig, "BanditChain", "seeds 100-102")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == [a for a in logs if a != "exact engine"]
+    assert len({ax.get_ylim() for ax in shown}) == 1
+    for ax in shown:
+        assert any(ln.get_linestyle() == "--" and ln.get_label() == "exact engine: mean" for ln in ax.get_lines())
+        _integer_ticks(ax)
+    with pytest.raises(ValueError, match="reference"):
+        plot_engine_arms(logs, title="x", reference="nope")
+
+
+def test_stored_engine_runs_match_their_setting():
+    """The stored lesson-12 runs hold every arm of ``lesson_arms`` on the pilot seeds at the fixed step count."""
+    from toyrl.viz.engine import LESSON_SEEDS, LESSON_STEPS, RUN_KEYS, lesson_arms
+    from toyrl.viz.prototype import RUNS_DIR, load_sweep
+    sweep, meta = load_sweep(RUNS_DIR / "engine" / "lesson.json")
+    assert meta["seeds"] == list(LESSON_SEEDS) and meta["steps"] == LESSON_STEPS
+    assert all(100 <= s <= 109 for s in meta["seeds"])               # pilot seeds only
+    assert list(sweep) == list(lesson_arms())
+    for arm, cols in sweep.items():
+        assert set(cols) == set(RUN_KEYS)
+        assert np.asarray(cols["success_rate"]).shape == (len(LESSON_SEEDS), LESSON_STEPS)
