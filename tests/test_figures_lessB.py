@@ -131,13 +131,15 @@ def test_bias_figure_shares_its_axes_and_has_integer_turn_ticks():
 
 
 def test_bias_panel_projectable():
-    from toyrl.viz import context
-    from toyrl.viz.context import plot_ratio_bias
+    from toyrl.viz.context import bias_panel, plot_ratio_bias
     ax = plot_ratio_bias(_fake_bias(), title="context=last_k, k=1")
     assert_projectable(ax.figure)
     assert_figure_standard(ax.figure, "context=last_k")
     _integer_ticks(ax)
-    assert context.bias_panel.__doc__
+    fig = bias_panel("last_k", 2, seed=1)                            # the widget's figure, one fresh batch
+    assert_projectable(fig)
+    assert_figure_standard(fig, "context=last_k, k=2", "seed 1")
+    _integer_ticks(fig.axes[0])
 
 
 def test_context_seeds_small_multiples_share_y_fixed_colours():
@@ -206,6 +208,18 @@ def test_plot_engine_arms_small_multiples_share_y_with_the_reference_dashed():
         _integer_ticks(ax)
     with pytest.raises(ValueError, match="reference"):
         plot_engine_arms(logs, title="x", reference="nope")
+
+
+def test_engine_panel_projectable_and_none_draws_only_the_tokens(capsys):
+    from toyrl.viz.engine import preset_panel
+    fig = preset_panel("noise sigma 1", "none", 0, train_steps=2, prompts_per_step=2)
+    assert_projectable(fig)
+    assert_figure_standard(fig, "noise 1 engine", "seed 0")
+    assert len(fig.axes[0].collections) == 1
+    fig = preset_panel("noise sigma 1", "mis", 0, train_steps=2, prompts_per_step=2)
+    assert_projectable(fig)
+    assert_figure_standard(fig, "noise 1 engine")
+    assert "engine_kl=" in capsys.readouterr().out
 
 
 def test_stored_engine_runs_match_their_setting():
