@@ -164,15 +164,15 @@ def test_plot_ratio_vs_prob_draws_the_bins():
     old = -torch.rand(b.old_logp.shape, generator=g, dtype=torch.float64) * 8
     rollout = old + torch.randn(old.shape, generator=g, dtype=torch.float64) * (0.05 - old / 8)
     fig = plot_ratio_vs_prob(old, rollout, b.policy_mask, title="Bandit chain, noise engine")
-    ax = fig.axes[0]
+    ax, mag = fig.axes[:2]                                   # signed log rho per token; its magnitude per bin
     m = engine_mismatch(old, rollout, b.policy_mask, torch.zeros_like(b.turn_id), 1)
-    has = np.asarray(m["count_by_prob"]) > 0
-    x, y = line_data(ax)["mean |log rho| per probability bin"]
+    has = (np.asarray(m["count_by_prob"]) > 0) & (np.asarray(m["gap_by_prob"]) > 0)
+    x, y = line_data(mag)["mean |log rho| per probability bin"]
     np.testing.assert_allclose(x, bin_centers()[has])
     np.testing.assert_allclose(y, np.asarray(m["gap_by_prob"])[has])
+    assert mag.get_yscale() == "log" and "|log rho|" in mag.get_ylabel() and "signed" in ax.get_ylabel()
     assert len(ax.collections[0].get_offsets()) == int(b.policy_mask.sum()) and ax.get_xscale() == "log"
-    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"one policy token: log rho",
-                                                                  "mean |log rho| per probability bin"}
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"one policy token: log rho"}
     assert_figure_standard(fig, "Bandit chain", "noise engine", "KL")
     w, keep = rollout_correction("mis", old, rollout, b.policy_mask)          # weight 0 where rho > 2
     fig = plot_ratio_vs_prob(old, rollout, b.policy_mask, title="Bandit chain", weights=w, keep=keep, correction="mis")

@@ -200,10 +200,10 @@ def test_ratio_level_ordering_and_panel():
     hist, extremes, grads = fig.axes[:3]
     pol, env = bar_heights(hist)                                               # log-ratio histograms
     assert pol.sum() == (s["mask"] & s["policy"]).sum() and env.sum() == (s["mask"] & ~s["policy"]).sum()
-    assert hist.get_title() == f"staleness 1: ratio in [{s['ratio_min']:.2f}, {s['ratio_max']:.2f}]"
+    assert hist.get_title() == f"ratio in [{s['ratio_min']:.2f}, {s['ratio_max']:.2f}]"
     np.testing.assert_allclose(line_data(extremes)["max ratio"][1], s["ratio_max_turn"], rtol=1e-6)
     np.testing.assert_allclose(bar_heights(grads)[0], s["grad_norm_turn"], rtol=1e-6)
-    assert grads.get_title() == f"grad norm per turn (total {s['grad_norm']:.3f})"
+    assert grads.get_title() == f"grad norm (total {s['grad_norm']:.3f})"
     assert_figure_standard(fig, "MockSearch", "staleness 1", "turn ratio", "sapo", "env tokens in the loss")
     assert fig.axes[3].get_ylabel() == "clip fraction"                          # the twin axis is labelled
     names = ("ppo", "clip_higher", "turn_ppo", "gspo", "cispo", "sapo")         # the notebook's six

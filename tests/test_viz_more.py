@@ -151,7 +151,7 @@ def test_void_gradients_small():
     assert_figure_standard(hist.figure, "MockSearch 1-hop", "free sampling", "P=1 x G=4", "seed 0", "one batch")
     assert sum(h.sum() for h in bar_heights(hist)) == 4                       # every trajectory in one histogram
     np.testing.assert_allclose(bar_heights(turns)[0], g["grad_turn"])
-    rate = line_data(turns.figure.axes[-1])["void-turn rate"][1]               # the twin axis
+    rate = line_data(turns.figure.axes[-1])["void-turn rate (right)"][1]       # the twin axis
     np.testing.assert_allclose(rate, g["void_rate_turn"])
     assert ((rate >= 0) & (rate <= 1)).all()
 
@@ -437,13 +437,13 @@ def test_shipped_sweeps_small():
 
 def test_exercises_wrong_answers_give_hints():
     for eid, wrong in (("04.void_rate", lambda v, m: np.zeros(3)), ("04.keep", lambda v, m: v.any(1)),
-                       ("04.masked_frac", 0.0), ("05.last_clean_turn", lambda K: K + 1), ("05.which_recompute", "flat"),
+                       ("04.masked_frac", 0.0), ("05.last_clean_turn", lambda K: K + 1), ("05.biased_turns", lambda K, n: n - K),
                        ("06.turn_gae", lambda r, V, g, l: r), ("06.archer", lambda q, v: q.amax(-1) - v.amax(-1)),
                        ("07.n_nodes", lambda n, m: int(m.sum())), ("07.saving", lambda n, m: 0.0),
                        ("08.seq_mean_weight", lambda L: np.ones(len(L))), ("08.mean_only_mass", lambda k, G: k),
                        ("10.rloo_turns", lambda b: b.turn_reward), ("10.verl_shape", (6, 4))):
         assert check(eid, wrong) is False
-    assert check("05.which_recompute", "matched") and check("08.mean_only_mass", lambda k, G: 2 * k * (G - k) / G)
+    assert check("05.biased_turns", lambda K, n: max(n - K - 1, 0)) and check("08.mean_only_mass", lambda k, G: 2 * k * (G - k) / G)
 
 
 def test_matches_example():

@@ -6,6 +6,8 @@ import math
 from . import exercise
 
 LOG_RATIOS = [0.2, -0.1, 0.5, 0.0]
+ENV_SHARE_STALENESS = 4
+"""the staleness of exercise 03.env_share (the lesson prints staleness 2)"""
 
 
 @exercise("03.turn_ratio")
@@ -27,9 +29,9 @@ def cispo_weight(answer):
 
 @exercise("03.env_share")
 def env_share(answer):
-    """env_grad_share of token-level PPO with env tokens unmasked, staleness 2 (``compare_masking(2)``)."""
+    """env_grad_share of token-level PPO with env tokens unmasked, staleness 4 (``compare_masking(4)``)."""
     from ..viz.ratios import compare_masking
-    want = compare_masking(2)["unmasked"]["env_grad_share"]
+    want = compare_masking(ENV_SHARE_STALENESS)["unmasked"]["env_grad_share"]
     if abs(float(answer) - want) < 1e-3:
-        return True, f"{want:.3f}: nearly all of dL/dlogp sits on tokens the policy never wrote."
-    return False, "read compare_masking(2)['unmasked']['env_grad_share']."
+        return True, f"{want:.3f}: nearly all of dL/dlogp still sits on tokens the policy never wrote."
+    return False, f"compute compare_masking({ENV_SHARE_STALENESS})['unmasked']['env_grad_share'] (a share in [0, 1])."

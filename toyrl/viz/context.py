@@ -24,12 +24,17 @@ from ..rollout.engine import recompute_logp
 from ..train import TrainConfig, Trainer
 from .plots import legend
 from .prototype import arms_figure, sweep_precompute
+from .style import arm_color, figsize, subplots
 
 __all__ = ["SETTING", "grid_config", "ratio_bias_per_turn", "bias_slope", "plot_ratio_bias", "bias_figure", "bias_panel",
-           "context_arms", "plot_context_panel", "precompute", "KEYS"]
+           "context_arms", "plot_context_panel", "plot_context_seeds", "context_seeds_panel", "ARM_COLORS",
+           "precompute", "KEYS"]
 
 SETTING = "GridWorld 4x4 (16 turns max)"
 """the setting of this notebook's batches and sweep (``grid_config``), named in its figure titles"""
+ARM_COLORS = {"full context": "#1f77b4", "last_k=1, matched": "#2ca02c", "last_k=1, flat (mismatch)": "#d62728",
+              "last_k=1, RTPO on trees": "#9467bd"}
+"""this notebook's arms -> a fixed colour each (``style.arm_color``'s hash gives three of them one colour)"""
 KEYS = ("reward_mean", "success_rate", "ratio_max", "ratio_min", "clip_frac", "approx_kl", "tokens_generated")
 
 
@@ -76,33 +81,45 @@ def bias_slope(res: dict, min_rows: int = 8) -> float:
     return float(np.polyfit(k, res["flat"][k], 1)[0])
 
 
-def plot_ratio_bias(res: dict, ax=None, title: str = ""):
+def plot_ratio_bias(res: dict, ax=None, title: str = "", legend_below: bool = True):
     """Bars: mean |log rho| per turn index, matched vs flat; the row count on a second axis (its line in the
-    same legend)."""
-    import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.4), layout="constrained")[1]
+    same legend, below the axes, outside the data). Turn indices are integer ticks."""
+    from matplotlib.ticker import MaxNLocator
+    ax = ax if ax is not None else subplots(size=figsize(8, 4.4), layout="constrained")[1]
     H = len(res["flat"])
     x = np.arange(H)
-    ax.bar(x - 0.2, res["matched"], 0.4, label="matched recompute")
-    ax.bar(x + 0.2, res["flat"], 0.4, label="flat recompute (full history)")
+    zero = " (0 on every turn)" if np.abs(res["matched"]).max(initial=0.0) < 1e-5 else ""
+    ax.bar(x - 0.2, res["matched"], 0.4, color="#2ca02c", label="matched recompute" + zero)
+    ax.bar(x + 0.2, res["flat"], 0.4, color="#d62728", label="flat recompute (full history)")
     ax.set_xlabel("turn index k")
     ax.set_ylabel("mean |log ratio|\nbefore any update")
-    ax.set_title(title or f"{SETTING}: ratio bias per turn index", fontsize=10)
+    ax.set_title(title or f"{SETTING}: ratio bias per turn index")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     tw = ax.twinx()
-    tw.plot(x, res["turns"], "k:", lw=1, label="rows with turn k (right axis)")
+    tw.plot(x, res["turns"], "k:", lw=1.5, label="rows with turn k (right axis)")
     tw.set_ylabel("rows reaching turn k")
-    legend(ax, tw, loc="upper left", fontsize=8)
+    if legend_below:
+        legend(ax, tw, loc="upper center", bbox_to_anchor=(0.5, -0.22), borderaxespad=0.0, ncol=2)
     return ax
 
 
 def bias_figure(results: dict, seed: int = 0):
-    """One ``plot_ratio_bias`` panel per context ({context: ratio_bias_per_turn(context, k)}), side by side
-    under a title naming the setting (notebook 5's first figure)."""
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 3.6), layout="constrained", squeeze=False)
+    """One ``plot_ratio_bias`` panel per context ({context: ratio_bias_per_turn(context, k)}), side by side on
+    one shared y axis (bias) and one shared row-count axis, one legend below, under a title naming the setting."""
+    fig, axes = subplots(1, len(results), size=figsize(10, 4.6), layout="constrained", squeeze=False, sharey=True)
+    twins = []
     for ax, (ctx, res) in zip(axes[0], results.items()):
-        plot_ratio_bias(res, ax=ax, title=f"context={ctx}, k=1")
-    fig.suptitle(f"{SETTING}, untrained policy, seed {seed}: bias of the flat recompute per turn", fontsize=10)
+        plot_ratio_bias(res, ax=ax, title=f"context={ctx}, k=1", legend_below=False)
+        twins.append(fig.axes[-1])
+    top = max(t.get_ylim()[1] for t in twins)
+    for t in twins:
+        t.set_ylim(0, top)
+    h, lab = [], []
+    for a in (axes[0, 0], twins[0]):
+        hh, ll = a.get_legend_handles_labels()
+        h, lab = h + hh, lab + ll
+    fig.legend(h, lab, loc="outside lower center", ncol=3)
+    fig.suptitle(f"{SETTING}, untrained policy, seed {seed}: bias of the flat recompute per turn")
     return fig
 
 
@@ -110,8 +127,32 @@ def bias_panel(context: str = "summary", context_k: int = 1, seed: int = 0):
     """Notebook 5's widget: ``plot_ratio_bias`` of a fresh batch, the title naming ``bias_slope``."""
     r = ratio_bias_per_turn(context, context_k, seed=seed)
     ax = plot_ratio_bias(r, title=f"context={context}, k={context_k}: slope {bias_slope(r):+.4f} per turn")
-    ax.figure.suptitle(f"{SETTING}, untrained policy, seed {seed}", fontsize=10)
+    ax.figure.suptitle(f"{SETTING}, untrained policy, seed {seed}")
     return ax.figure
+
+
+def plot_context_seeds(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5, seeds=None):
+    """Small multiples: one panel per stored seed, every chosen arm's ``key`` over RL steps in its fixed colour
+    (``ARM_COLORS``), all panels on one y axis, one legend below: how far the seeds differ beside how far
+    the arms do (a mean over 3 seeds hides that)."""
+    from matplotlib.ticker import MaxNLocator
+    from .plots import label, smooth
+    arms = list(arms or sweep)
+    S = len(sweep[arms[0]][key])
+    seeds = list(seeds) if seeds is not None else list(range(S))
+    fig, axes = subplots(1, S, size=figsize(10, 4.2), layout="constrained", squeeze=False, sharey=True)
+    for s, ax in enumerate(axes[0]):
+        for a in arms:
+            y = smooth(np.asarray(sweep[a][key][s], float), smooth_w)
+            ax.plot(np.arange(len(y)), y, color=ARM_COLORS.get(a) or arm_color(a), label=a)
+        ax.set_title(f"seed {seeds[s]}")
+        ax.set_xlabel("RL step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(label(key))
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
+    what = label(key) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")
+    fig.suptitle(f"{SETTING}, P=4 x G=8: {what}, one panel per seed")
+    return fig
 
 
 def context_arms(steps: int = 40) -> dict:
@@ -122,6 +163,12 @@ def context_arms(steps: int = 40) -> dict:
         "last_k=1, flat (mismatch)": grid_config("last_k", 1, recompute="flat", steps=steps),
         "last_k=1, RTPO on trees": grid_config("last_k", 1, steps=steps, estimator="rtpo", rollout="tree"),
     }
+
+
+def context_seeds_panel(sweep: dict, metric: str = "success_rate", smooth: int = 5):
+    """Notebook 5's learning-curve widget: ``plot_context_seeds`` of the stored sweep. Bind the sweep:
+    ``interactive(bind(context_seeds_panel, sweep), metric=[...], smooth=(1, 10))``."""
+    return plot_context_seeds(sweep, metric, smooth_w=smooth)
 
 
 def plot_context_panel(sweep: dict, key: str = "success_rate", arms=None, smooth_w: int = 5):

@@ -29,10 +29,14 @@ from ..objectives.rollout_correction import CORRECTIONS, correction_stats, rollo
 from ..rollout.mismatch import LOGP_FLOOR, PROB_BINS, engine_mismatch, mismatch_row
 from ..train import TrainConfig, Trainer, train
 from .plots import as_numpy, label, legend, log_columns, smooth
+from .style import arm_color, figsize, font_size, subplots
+from .prototype import sweep_precompute
 
 __all__ = ["SETTING", "ENV_KWARGS", "P_FLOOR", "bin_centers", "plot_ratio_vs_prob", "run_bands", "plot_engine_runs",
            "engine_config", "trained_state", "engine_batch", "engine_panel", "ENGINE_PRESETS", "PANEL_CORRECTIONS",
-           "preset_panel", "engine_arms", "train_arms"]
+           "preset_panel", "engine_arms", "train_arms", "ENGINE_COLORS", "engine_color", "plot_engine_arms",
+           "sweep_logs", "LESSON_SEEDS", "LESSON_STEPS", "RUN_KEYS",
+           "lesson_arms", "precompute"]
 
 SETTING = "BanditChain 3 stages x 4 arms"
 """the setting of this notebook's batches and runs (``engine_config``), named in its figure titles"""
@@ -47,6 +51,10 @@ ENGINE_LABELS = {"engine_kl": "KL(engine || trainer), k3 (nats)",
                  "engine_ratio_min": "smallest rho = p_trainer / p_engine", "engine_ratio_p99": "rho, 99th percentile",
                  "engine_frac_far": "share of tokens with |log rho| > 1"}
 """axis labels of the engine_* run-log columns (other keys: ``plots.label``)"""
+ENGINE_COLORS = {"exact engine": "#2ca02c", "exact": "#2ca02c", "lag 2 engine": "#d62728", "lag 2 engine + seq_mis": "#1f77b4",
+                 "lag 2 engine + tis": "#ff7f0e", "noise 1 engine": "#9467bd", "noise 1 engine + tis": "#8c564b",
+                 "int4": "#d62728", "int4_tis": "#ff7f0e", "int4_icepop": "#9467bd", "int4_geo_rs": "#1f77b4"}
+"""notebook 12's arms -> a fixed colour each (``style.arm_color``'s hash may give two of them one colour)"""
 
 
 def bin_centers(edges: Sequence[float] = PROB_BINS) -> np.ndarray:
@@ -61,39 +69,46 @@ def plot_ratio_vs_prob(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask:
                        title: str = "engine vs trainer", bins: Sequence[float] = PROB_BINS, ax=None,
                        max_points: int = 20000, weights: Optional[torch.Tensor] = None,
                        keep: Optional[torch.Tensor] = None, correction: str = "the correction"):
-    """One dot per mask token: log rho = old_logp - rollout_logp against the trainer's probability exp(old_logp)
-    (log-x axis), and the mean |log rho| per probability bin (``engine_mismatch``'s ``gap_by_prob``) as a line
-    over the bins that hold tokens. The title is ``title`` (name the setting and the engine) with the batch's
-    k3 KL. More than ``max_points`` tokens: every n-th is drawn (the binned curve uses all).
+    """Two panels against the trainer's probability exp(old_logp) (log-x): left, one dot per mask token at its
+    signed log rho = old_logp - rollout_logp; right, the magnitude, mean |log rho| per probability bin
+    (``engine_mismatch``'s ``gap_by_prob``, log-y) over the bins that hold tokens. The title is ``title`` (name the
+    setting and the engine) with the batch's k3 KL. More than ``max_points`` tokens: every n-th dot is drawn (the
+    bins use all). ``ax``: an (Axes, Axes) pair to draw into.
 
-    With a rollout correction's ``weights`` and ``keep`` (B, T) (``rollout_correction``): tokens it drops
-    (keep False or weight 0) are drawn as crosses, and the log weight of the others where it differs from
-    their log rho (a truncated or pooled weight). Returns the Figure.
+    With a rollout correction's ``weights`` and ``keep`` (B, T) (``rollout_correction``; ``correction="none"``
+    draws nothing extra): tokens it drops (keep False or weight 0) are drawn as crosses, and the log weight of the
+    others where it differs from their log rho (a truncated or pooled weight). Returns the Figure.
     """
-    import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator
     turn_id = torch.zeros_like(old_logp, dtype=torch.long)
     m = engine_mismatch(old_logp, rollout_logp, mask, turn_id, 1, bins)            # validates the arguments
-    if ax is None:
-        ax = plt.subplots(figsize=(7, 3.6), layout="constrained")[1]
+    axes = ax if ax is not None else subplots(1, 2, size=figsize(10, 4.8), layout="constrained")[1]
+    left, right = axes
     step = max(1, -(-m["n_tokens"] // max_points))
     p, d = _points(old_logp, rollout_logp, mask, step)                             # (N,) drawn tokens
-    ax.scatter(p, d, s=6, alpha=0.35, lw=0, color="#457b9d", label="one policy token: log rho")
-    if weights is not None or keep is not None:
-        _draw_correction(ax, old_logp, rollout_logp, mask, weights, keep, correction, step)
-    ax.axhline(0.0, color="k", lw=0.8, ls=":")
+    left.scatter(p, d, s=10, alpha=0.35, lw=0, color="#457b9d", label="one policy token: log rho")
+    if correction != "none" and (weights is not None or keep is not None):
+        _draw_correction(left, old_logp, rollout_logp, mask, weights, keep, correction, step)
+    left.axhline(0.0, color="k", lw=0.8, ls=":")
     x, gap, cnt = bin_centers(m["bin_edges"]), np.asarray(m["gap_by_prob"]), np.asarray(m["count_by_prob"])
-    has = cnt > 0
-    ax.plot(x[has], gap[has], "o-", color="#e63946", lw=1.8, label="mean |log rho| per probability bin")
-    for e in m["bin_edges"][1:-1]:
-        ax.axvline(e, color="0.8", lw=0.6, zorder=0)
-    ax.set_xscale("log")
-    ax.set_xlim(min(p.min(initial=1.0), x[has].min(initial=1.0)) / 3, 1.5)
-    ax.set_xlabel("trainer's token probability exp(old_logp)")
-    ax.set_ylabel("log rho = old_logp - rollout_logp")
-    ax.set_title(f"{title}\nKL(engine || trainer) {m['kl_k3']:.2e} nat per token (k3), {m['n_tokens']} policy tokens",
-                 fontsize=10)
-    legend(ax, fontsize=8, loc="best")
-    return ax.figure
+    has = (cnt > 0) & (gap > 0)
+    right.plot(x[has], gap[has], "o-", color="#e63946", label="mean |log rho| per probability bin")
+    right.set_yscale("log")
+    right.yaxis.set_major_locator(LogLocator(numticks=5))
+    lo = min(p.min(initial=1.0), x[has].min(initial=1.0)) / 3
+    for a, ylabel in ((left, "log rho (signed)"), (right, "mean |log rho| (log scale)")):
+        for e in m["bin_edges"][1:-1]:
+            a.axvline(e, color="0.8", lw=0.6, zorder=0)
+        a.set_xscale("log")
+        a.set_xlim(lo, 1.5)
+        a.set_xlabel("trainer's probability")
+        a.set_ylabel(ylabel)
+        legend(a, loc="upper center", bbox_to_anchor=(0.5, -0.2), borderaxespad=0.0)
+    left.set_title("each token")
+    right.set_title("per probability bin")
+    left.figure.suptitle(f"{title}\nKL(engine || trainer) {m['kl_k3']:.2e} nat per token (k3), "
+                         f"{m['n_tokens']} policy tokens")
+    return left.figure
 
 
 def _points(old_logp, rollout_logp, mask, step: int) -> tuple:
@@ -148,31 +163,79 @@ def run_bands(logs: Sequence, metric: str, band: str = "minmax", smooth_w: int =
         return {"mean": np.nanmean(x, 0), "lo": lo, "hi": hi}
 
 
+def engine_color(arm: str) -> str:
+    """An arm's fixed colour: ``ENGINE_COLORS`` for notebook 12's arms, else ``style.arm_color``."""
+    return ENGINE_COLORS.get(arm) or arm_color(arm)
+
+
 def plot_engine_runs(logs_by_arm: dict, metric: str = "success_rate", *, title: str, band: str = "minmax",
                      smooth_w: int = 1, ax=None):
-    """Training arms over seeds: per arm ({name: [log per seed]}) the mean of ``metric`` per RL step and a band
-    (``run_bands``: min-max or 25-75% over seeds) that shares the arm's legend entry; the legend title says
-    what the band is. ``title`` names the setting. Returns the Figure."""
-    import matplotlib.pyplot as plt
+    """Training arms over seeds: per arm ({name: [log per seed]}) the mean of ``metric`` per RL step in the arm's
+    fixed colour (``engine_color``) and a band (``run_bands``: min-max or 25-75% over seeds) that shares the arm's
+    legend entry; the legend, right of the axes, says in its title what the band is. ``title`` names the setting.
+    Returns the Figure. More than three arms: ``plot_engine_arms`` draws them as small multiples."""
+    from matplotlib.ticker import MaxNLocator
     if not logs_by_arm:
         raise ValueError("logs_by_arm must name at least one arm")
     if ax is None:
-        ax = plt.subplots(figsize=(7, 3.4), layout="constrained")[1]
+        ax = subplots(size=figsize(8, 4), layout="constrained")[1]
     seeds = set()
     for name, logs in logs_by_arm.items():
         r = run_bands(logs, metric, band, smooth_w)
         steps = np.arange(len(r["mean"]))
-        line, = ax.plot(steps, r["mean"], label=name)
-        ax.fill_between(steps, r["lo"], r["hi"], alpha=0.2, color=line.get_color(), label=name)
+        ax.plot(steps, r["mean"], label=name, color=engine_color(name))
+        ax.fill_between(steps, r["lo"], r["hi"], alpha=0.2, color=engine_color(name), label=name)
         seeds.add(len(logs))
     name = ENGINE_LABELS.get(metric, label(metric))
     what = name + (f" ({smooth_w}-step mean)" if smooth_w > 1 else "")
-    ax.set_title(f"{title}: {what}", fontsize=10)
+    ax.set_title(f"{title}: {what}", fontsize=font_size("title"), wrap=True)
     ax.set_xlabel("RL step")
     ax.set_ylabel(name)
-    legend(ax, fontsize=8, title=f"mean, band {BANDS[band]} over {'/'.join(map(str, sorted(seeds)))} seeds",
-           title_fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend(ax, title=f"mean and\nband {BANDS[band]} over {'/'.join(map(str, sorted(seeds)))} seeds",
+           loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return ax.figure
+
+
+def plot_engine_arms(logs_by_arm: dict, metric: str = "success_rate", *, title: str, reference: str,
+                     band: str = "minmax", smooth_w: int = 1, ncols: int = 3):
+    """Small multiples: one panel per arm but ``reference``, each the arm's mean and band (``run_bands``) with the
+    ``reference`` arm's mean drawn dashed over it, every panel on one y axis, one legend below. Returns the Figure."""
+    from matplotlib.ticker import MaxNLocator
+    if reference not in logs_by_arm or len(logs_by_arm) < 2:
+        raise ValueError(f"reference must be one of the arms {list(logs_by_arm)}, and there must be another arm")
+    arms = [a for a in logs_by_arm if a != reference]
+    nrows = -(-len(arms) // ncols)
+    fig, axes = subplots(nrows, ncols, size=figsize(10, 2.6 * nrows + 0.9), layout="constrained", squeeze=False,
+                         sharey=True)
+    ref = run_bands(logs_by_arm[reference], metric, band, smooth_w)
+    name = ENGINE_LABELS.get(metric, label(metric))
+    for ax, arm in zip(axes.flat, arms):
+        r = run_bands(logs_by_arm[arm], metric, band, smooth_w)
+        steps = np.arange(len(r["mean"]))
+        ax.fill_between(steps, r["lo"], r["hi"], alpha=0.25, color=engine_color(arm),
+                        label=f"arm: mean, band {BANDS[band]} over {len(logs_by_arm[arm])} seeds")
+        ax.plot(steps, r["mean"], color=engine_color(arm), label=f"arm: mean, band {BANDS[band]} over "
+                f"{len(logs_by_arm[arm])} seeds")
+        ax.plot(np.arange(len(ref["mean"])), ref["mean"], "--", color="0.3", label=f"{reference}: mean")
+        ax.set_title(arm)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(name if len(name) < 24 else label(metric))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes.flat[len(arms):]:
+        ax.set_visible(False)
+    h, lab = axes.flat[0].get_legend_handles_labels()
+    by = dict(zip(lab, h))
+    fig.legend(list(by.values()), list(by), loc="outside lower center", ncol=2)
+    fig.suptitle(f"{title}\n{name}" + (f" ({smooth_w}-step mean)" if smooth_w > 1 else ""))
+    return fig
+
+
+def sweep_logs(sweep: dict) -> dict:
+    """A stored sweep ({arm: {key: (S, N)}}, ``prototype.load_sweep``) as ``plot_engine_runs``' input:
+    {arm: [{key: (N,)} per seed]}. Example: {"a": {"x": [[1, 2]]}} -> {"a": [{"x": [1, 2]}]}."""
+    return {arm: [{k: cols[k][s] for k in cols} for s in range(len(next(iter(cols.values()))))]
+            for arm, cols in sweep.items()}
 
 
 # ---- notebook 12: one batch, the panel, the training arms ----------------------------------------
@@ -252,3 +315,33 @@ def engine_arms(engine: str = "noise", strength=None, correction: str = "tis", s
 def train_arms(arms: dict, seeds: Sequence[int] = (0, 1)) -> dict:
     """Train every arm ({name: TrainConfig}) on each seed -> {name: [RunLog per seed]} (``plot_engine_runs``' input)."""
     return {name: [train(replace(cfg, seed=s)) for s in seeds] for name, cfg in arms.items()}
+
+
+# ---- notebook 12's stored runs: the lagging engine (the correction pays) and the noise engine (it does not) ----
+LESSON_SEEDS = tuple(range(100, 110))
+"""the stored runs' seeds: pilot seeds (an illustration over 10 seeds, not a ledger verdict)"""
+LESSON_STEPS = 20
+"""RL steps per stored run (the setting of ``benchmarks/engine_modes.py``, fixed before these seeds ran)"""
+RUN_KEYS = ("success_rate", "eval_success_rate", "engine_kl", "engine_ratio_max", "correction_weight_max",
+            "correction_kept_token_frac", "correction_zero_weight_frac", "grad_norm")
+"""the run-log columns kept per stored run"""
+
+
+def lesson_arms(steps: int = LESSON_STEPS) -> dict:
+    """Notebook 12's six arms on ``SETTING``: the exact engine; an engine 2 updates behind (``lag``) alone, with
+    sequence-level masked IS (``seq_mis``) and with token TIS; logit noise sigma 1 alone and with token TIS.
+    Each run evaluates the trainer's own weights on 64 fresh, exactly sampled episodes after its last step."""
+    ev = dict(eval_every=steps, eval_episodes=64)
+    return {"exact engine": engine_config(steps=steps, **ev),
+            "lag 2 engine": engine_config("lag", 2, steps=steps, **ev),
+            "lag 2 engine + seq_mis": engine_config("lag", 2, "seq_mis", steps=steps, **ev),
+            "lag 2 engine + tis": engine_config("lag", 2, "tis", steps=steps, **ev),
+            "noise 1 engine": engine_config("noise", 1.0, steps=steps, **ev),
+            "noise 1 engine + tis": engine_config("noise", 1.0, "tis", steps=steps, **ev)}
+
+
+precompute = sweep_precompute("engine/lesson.json", lesson_arms, RUN_KEYS, LESSON_STEPS, "toyrl.viz.engine")
+
+
+if __name__ == "__main__":                  # python -m toyrl.viz.engine: write data/runs/engine/lesson.json
+    print(precompute(seeds=LESSON_SEEDS))

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from ..credit import ESTIMATORS
 from ..diagnostics import grad_norm_per_turn
@@ -36,10 +36,12 @@ from ..policies.scripted import ScriptedPolicy
 from ..rollout.engine import Episode, play, recompute_logp, to_rollout
 from .credit_batch import noisy_expert
 from .plots import legend, new_figure
+from .style import arm_color
 
 __all__ = ["RATIO_ENVS", "EPS_KEYS", "scaled_clip_kwargs", "stale_setup", "ratio_stats", "compute_ratio_stats",
            "compare_schemes",
-           "compare_masking", "setting_name", "ratio_panel", "plot_schemes"]
+           "compare_masking", "setting_name", "resolve_level", "ratio_panel", "plot_schemes", "ledger_sweep",
+           "turn_ratio_effects"]
 
 #: small settings (MockSearch: every passage word is an observation token, as in a real tool output)
 RATIO_ENVS = {"mock_search": {"noise_sentences": 3, "max_turns": 3, "token_view": "word"},
@@ -205,12 +207,57 @@ def setting_name(env: str = "mock_search", staleness: int = 2, seed: int = 0) ->
     return f"{name}, 4 prompts x 4 rollouts, staleness {staleness}, seed {seed}"
 
 
-def ratio_panel(level: str = "token", clip: str = "ppo", eps_scale: float = 1.0, staleness: int = 2,
+def ledger_sweep(name: str, keys: Sequence[str], ledger_dir=None) -> dict:
+    """A ledger claim's stored runs as a sweep, {arm: {key: (S, N) list}} (``prototype.arms_figure``'s input),
+    read from ``<ledger_dir>/<name>.series.json.gz`` (default: the shipped ledger, seeds 0-9), seeds in order."""
+    from ..lab.claims.report import load_series
+    from .echo import LEDGER_DIR
+    series = load_series((ledger_dir or LEDGER_DIR) / f"{name}.series.json.gz")
+    return {arm: {k: [list(map(float, runs[s][k])) for s in sorted(runs)] for k in keys}
+            for arm, runs in series.items()}
+
+
+def turn_ratio_effects(ledger_dir=None) -> dict:
+    """The ledger's ``turn_ratio`` runs recomputed from their stored gradient norms: {arm: (S,) array} of
+    mean log10(g_token / g_turn) over the batches where both are non-zero (NaN: no such batch), per seed.
+    Example: gradients token [1.0, 0.0], turn [0.1, 0.0] -> 1.0 (the zero batch is left out)."""
+    from ..lab.claims.report import load_series
+    from .echo import LEDGER_DIR
+    series = load_series((ledger_dir or LEDGER_DIR) / "turn_ratio.series.json.gz")
+    out = {}
+    for arm, runs in series.items():
+        eff = []
+        for s in sorted(runs):
+            gt, gu = np.asarray(runs[s]["grad_token"], float), np.asarray(runs[s]["grad_turn"], float)
+            ok = (gt > 0) & (gu > 0)
+            eff.append(float(np.mean(np.log10(gt[ok] / gu[ok]))) if ok.any() else float("nan"))
+        out[arm] = np.asarray(eff)
+    return out
+
+
+def resolve_level(level: str, clip: str) -> str:
+    """The ratio level a panel uses: ``level``, or the clip scheme's own level for ``"auto"`` (GSPO is a
+    sequence-level scheme: a token-level ratio under GSPO's band is not GSPO).
+
+    Example: resolve_level("auto", "gspo") -> "sequence"; resolve_level("token", "gspo") -> "token".
+    """
+    if clip not in CLIP_SCHEMES:
+        raise ValueError(f"clip must be one of {sorted(CLIP_SCHEMES)}, got {clip!r}")
+    if level == "auto":
+        return CLIP_SCHEMES[clip].level
+    if level not in ("token", "turn", "sequence"):
+        raise ValueError(f"level must be 'auto', 'token', 'turn' or 'sequence', got {level!r}")
+    return level
+
+
+def ratio_panel(level: str = "auto", clip: str = "ppo", eps_scale: float = 1.0, staleness: int = 2,
                 mask_env: bool = True, env: str = "mock_search", seed: int = 0):
     """The widget figure: log-ratio histogram (policy vs env tokens), ratio extremes and clip fraction
-    per turn index, gradient norm per turn index; the title names the setting and the scheme."""
+    per turn index, gradient norm per turn index; the title names the setting and the scheme.
+    ``level="auto"``: the scheme's own ratio level (``resolve_level``)."""
+    level = resolve_level(level, clip)
     s = ratio_stats(env, level, clip, eps_scale, staleness, mask_env, seed=seed)
-    fig, axes = new_figure(1, 3, width=3.9, height=3.2, layout="constrained")
+    fig, axes = new_figure(1, 3, width=3.3, height=4.2, layout="constrained")
     lr = np.log(np.clip(s["ratio"], 1e-30, None))
     pol, envm = s["mask"] & s["policy"], s["mask"] & ~s["policy"]
     ax = axes[0, 0]
@@ -219,34 +266,35 @@ def ratio_panel(level: str = "token", clip: str = "ppo", eps_scale: float = 1.0,
     if envm.any():
         ax.hist(lr[envm], bins=bins, color="#2a9d8f", alpha=0.6, label=f"env tokens ({envm.sum()})")
     ax.set_yscale("log")
-    ax.set_xlabel(f"log {level} ratio", fontsize=8)
-    ax.set_ylabel("loss tokens (log scale)", fontsize=8)
-    ax.set_title(f"staleness {staleness}: ratio in [{s['ratio_min']:.2f}, {s['ratio_max']:.2f}]", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_xlabel(f"log {level} ratio")
+    ax.set_ylabel("loss tokens (log scale)")
+    ax.set_title(f"ratio in [{s['ratio_min']:.2f}, {s['ratio_max']:.2f}]")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), borderaxespad=0.0)
     H = len(s["ratio_max_turn"])
     ax = axes[0, 1]
     ax.semilogy(range(H), s["ratio_max_turn"], "o-", color="#c0392b", label="max ratio")
     ax.semilogy(range(H), np.clip(s["ratio_min_turn"], 1e-6, None), "o-", color="#2c3e50", label="min ratio")
     ax2 = ax.twinx()
-    ax2.bar(range(H), s["clip_frac_turn"], alpha=0.25, color="#8e44ad", label="clip fraction (right axis)")
+    ax2.bar(range(H), s["clip_frac_turn"], alpha=0.25, color="#8e44ad", label="clip fraction (right)")
     ax2.set_ylim(0, 1)
-    ax2.set_ylabel("clip fraction", fontsize=8)
+    ax2.set_ylabel("clip fraction")
     ax.set_zorder(ax2.get_zorder() + 1)                                        # lines over the bars
     ax.patch.set_visible(False)
-    ax.set_xlabel("turn index", fontsize=8)
-    ax.set_ylabel(f"{level} ratio (log scale)", fontsize=8)
-    ax.set_title(f"{clip} (x{eps_scale} width): clip frac {s['clip_frac']:.2f}", fontsize=9)
-    legend(ax, ax2, fontsize=7, loc="upper left")
+    ax.set_xlabel("turn index")
+    ax.set_ylabel(f"{level} ratio (log scale)")
+    ax.set_title(f"{clip} x{eps_scale:g}: clipped {s['clip_frac']:.2f}")
+    legend(ax, ax2, loc="upper center", bbox_to_anchor=(0.5, -0.22), borderaxespad=0.0)
     ax = axes[0, 2]
     ax.bar(range(H), s["grad_norm_turn"], color="#457b9d")
-    ax.set_xlabel("turn index", fontsize=8)
-    ax.set_ylabel("gradient norm of the turn's loss", fontsize=8)
-    ax.set_title(f"grad norm per turn (total {s['grad_norm']:.3f})", fontsize=9)
+    ax.set_xlabel("turn index")
+    ax.set_ylabel("grad norm of the turn's loss")
+    ax.set_title(f"grad norm (total {s['grad_norm']:.3f})")
     for a in (*axes.flat, ax2):
-        a.tick_params(labelsize=7)
         a.yaxis.set_minor_formatter(NullFormatter())                           # log axes: decades only
-    fig.suptitle(f"{setting_name(env, staleness, seed)}: {level} ratio, {clip} clip, env tokens "
-                 f"{'masked' if mask_env else 'in the loss'}", fontsize=10)
+    for a in axes[0, 1:]:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))                   # turns are whole numbers
+    fig.suptitle(f"{setting_name(env, staleness, seed)}\n{level} ratio, {clip} clip, env tokens "
+                 f"{'masked' if mask_env else 'in the loss'}")
     return fig
 
 
@@ -254,18 +302,17 @@ def plot_schemes(stats: dict, setting: str = ""):
     """Horizontal bars per clip scheme (so long names never collide): share of loss tokens that still pass a
     gradient, and the grad norm; ``setting`` (e.g. ``setting_name(env, staleness)``) goes in the title."""
     names = list(stats)
-    fig, axes = new_figure(1, 2, width=4.2, height=0.35 * len(names) + 1.6, layout="constrained")
+    fig, axes = new_figure(1, 2, width=4.4, height=0.4 * len(names) + 1.8, layout="constrained")
     y = np.arange(len(names))
-    for ax, key, color, xlabel in ((axes[0, 0], "grad_token_frac", "#2a9d8f", "share of loss tokens"),
-                                   (axes[0, 1], "grad_norm", "#e76f51", "gradient norm")):
-        ax.barh(y, [stats[n][key] for n in names], color=color)
+    for ax, key, xlabel in ((axes[0, 0], "grad_token_frac", "share of loss tokens"),
+                            (axes[0, 1], "grad_norm", "gradient norm")):
+        ax.barh(y, [stats[n][key] for n in names], color=[arm_color(n) for n in names])
         ax.set_yticks(y, names)
         ax.invert_yaxis()                                                      # first scheme on top
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel("clip scheme", fontsize=8)
-        ax.tick_params(labelsize=8)
-    axes[0, 0].set_title("loss tokens with a gradient", fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("clip scheme")
+    axes[0, 0].set_title("loss tokens with a gradient")
     axes[0, 0].set_xlim(0, 1.05)
-    axes[0, 1].set_title("gradient norm", fontsize=9)
-    fig.suptitle(f"clip schemes on one stale batch{': ' + setting if setting else ''}", fontsize=10)
+    axes[0, 1].set_title("gradient norm")
+    fig.suptitle(f"clip schemes on one stale batch{chr(10) + setting if setting else ''}")
     return fig

@@ -28,6 +28,7 @@ from ..rollout.engine import recompute_logp
 from ..train import TrainConfig, Trainer
 from .plots import label, legend
 from .prototype import arm_curves, draw_curves, sweep_precompute
+from .style import figsize, subplots
 
 __all__ = ["SETTING", "setting_name", "base_config", "void_arms", "void_gradients", "void_rate_by_turn",
            "plot_void_gradients", "plot_void_panel", "toggled_arms", "void_panel", "precompute", "KEYS"]
@@ -123,44 +124,47 @@ def void_rate_by_turn(void: torch.Tensor, turn_mask: torch.Tensor) -> np.ndarray
 
 def plot_void_gradients(g: dict, ax=None):
     """Histogram of per-trajectory score-gradient norms, void vs clean trajectories (left); per turn index,
-    the gradient norm of that turn's loss share and the void-turn rate (right); titled with ``g["setting"]``."""
-    import matplotlib.pyplot as plt
-    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")[1]
+    the gradient norm of that turn's loss share and the void-turn rate (right); titled with ``g["setting"]``.
+    Legends sit below the axes (outside the data); turn indices are integer ticks."""
+    from matplotlib.ticker import MaxNLocator
+    axes = ax if ax is not None else subplots(1, 2, size=figsize(10, 4.6), layout="constrained")[1]
     bins = np.linspace(0, max(g["score_norm"].max(), 1e-6), 25)
-    for flag, name in ((True, "with a void turn"), (False, "clean")):
+    for flag, name, color in ((True, "with a void turn", "#e63946"), (False, "clean", "#457b9d")):
         x = g["score_norm"][g["void"] == flag]
         if len(x):
-            axes[0].hist(x, bins, alpha=0.6, label=f"{name} (n={len(x)}, mean {x.mean():.2f})")
+            axes[0].hist(x, bins, alpha=0.6, color=color, label=f"{name} (n={len(x)}, mean {x.mean():.2f})")
     axes[0].set_xlabel("|| grad mean_t log pi ||")
     axes[0].set_ylabel("trajectories")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), borderaxespad=0.0)
     axes[0].set_title("score-gradient norm per trajectory")
     H = len(g["grad_turn"])
-    axes[1].bar(np.arange(H), g["grad_turn"], color="C0", label="grad norm of turn k's loss share")
+    axes[1].bar(np.arange(H), g["grad_turn"], color="#457b9d", label="grad norm of turn k's loss share")
     tw = axes[1].twinx()
-    tw.plot(np.arange(H), g["void_rate_turn"], "o-", color="C3", label="void-turn rate")
+    tw.plot(np.arange(H), g["void_rate_turn"], "o-", color="#e63946", label="void-turn rate (right)")
     tw.set_ylim(0, 1)
     tw.set_ylabel("void-turn rate")
     axes[1].set_xlabel("turn index k")
     axes[1].set_ylabel("gradient norm")
-    axes[1].set_title("loss-share gradient and void rate per turn index")
-    legend(axes[1], tw, loc="upper left", fontsize=8)
+    axes[1].set_title("per turn index")
+    axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend(axes[1], tw, loc="upper center", bbox_to_anchor=(0.5, -0.2), borderaxespad=0.0)
     if g.get("setting"):
-        axes[0].figure.suptitle(f"{g['setting']}: one batch", fontsize=10)
+        axes[0].figure.suptitle(f"{g['setting']}: one batch")
     return axes
 
 
 def plot_void_panel(sweep: dict, arms=None, key: str = "void_turn_rate", smooth_w: int = 5):
     """Widget panel: ``key`` (left) and the grad norm (right) over steps for the chosen arms (mean +- s.e.
     over seeds; the curves of each side are ``arm_curves(sweep, k, arms, smooth_w)``), under a title naming
-    ``SETTING`` and the steps."""
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    ``SETTING`` and the steps. Each arm keeps its colour whatever is ticked (``style.arm_color``); one legend,
+    right of the right panel, outside the data."""
+    fig, axes = subplots(1, 2, size=figsize(10, 4), layout="constrained")
     for ax, k in zip(axes, (key, "grad_norm")):
         curves = arm_curves(sweep, k, arms, smooth_w)
         draw_curves(ax, curves, label(k) + (f" ({smooth_w}-step mean)" if smooth_w > 1 else ""), "RL step", label(k))
+    axes[0].get_legend().remove()                                  # the same arms: one legend, on the right
     n = max((len(c["x"]) for c in curves.values()), default=0)
-    fig.suptitle(f"{SETTING}: GRPO arms, {n} RL steps", fontsize=10)
+    fig.suptitle(f"{SETTING}\nGRPO arms, {n} RL steps")
     return fig
 
 
