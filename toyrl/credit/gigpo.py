@@ -10,21 +10,84 @@ any time index) and scores its discounted return against the others of that anch
     A^E_i     = (R_i - mean_g R) / F,            R_i = sum_k r_{i,k}
     A^S_{i,k} = (R_{i,k} - mean_anchor R) / F,   R_{i,k} = sum_{k' >= k} gamma^{k'-k} r_{i,k'}
 
-F = std + eps ("std") or 1 ("mean"). The anchors are the distinct (group, state_key) pairs, numbered
-by ``torch.unique`` (``segments.anchor_index``), and the statistics of every anchor are segment
-sums over those ids (``group_norm``), accumulated in float64, so an anchor whose returns are all
-equal gets exactly 0. ``reference.py`` holds the same estimator as loops over groups and anchors.
+F = std + eps ("std") or 1 ("mean"). The anchors are the distinct (group, state_key) pairs, found by a
+vectorized hash table (``anchor_slots``: O(N), no sort; a pair is compared in full, so two pairs with
+the same hash never merge), and the statistics of every anchor are segment sums over those ids
+(``group_norm``), accumulated in float64, so an anchor whose returns are all equal gets exactly 0.
+``segments.anchor_index`` gives the same partition numbered in sorted order (``torch.unique``).
+``credit/reference/multiturn.py`` holds the same estimator as loops over groups and anchors.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
 from ..batch import discounted_returns
-from ..segments import anchor_index, dense_index
+from ..segments import anchor_index, dense_index, pair_index
 from .base import check, group_norm
 from .registry import register_estimator
 
-__all__ = ["gigpo", "anchor_index", "similarity_keys"]
+__all__ = ["gigpo", "anchor_index", "anchor_slots", "similarity_keys"]
+
+_MIX_K, _MIX_P = -7046029254386353131, 0x2545F4914F6CDD1D                     # odd 64-bit multipliers
+
+
+def anchor_slots(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, *,
+                 table_bits: Optional[int] = None, rounds: int = 8) -> tuple[torch.Tensor, int]:
+    """Anchor id of every turn over the (group, state_key) pairs of valid turns, by hashing -> ((B, H) long, S).
+
+    The partition of ``segments.anchor_index`` (valid turns get ids 0..S-1, every invalid turn S) in
+    O(N) vectorized steps instead of two sorts. Each pair p = (g, key) hashes to a slot h(p) of a
+    table of 2^table_bits >= 2N slots (default); each round, the free slots are claimed by their
+    lowest pending row (``scatter_reduce`` amin), and a row whose slot's owner holds the same pair,
+    compared in full, takes that slot; the others probe the next slot (linear probing). The rows of
+    one pair move in lockstep, so a pair gets one slot and a slot one pair: exact, whatever the hash
+    collisions. Rows still pending after ``rounds`` rounds (pairs disjoint from all placed ones)
+    are numbered by ``pair_index`` after the table. Ids follow slot order.
+    Example: group [0, 1], keys [[5, 7], [5, 5]], mask [[1, 1], [1, 0]] -> [[2, 1], [0, 3]], S = 3
+    (``anchor_index``: [[0, 1], [2, 3]], the same cells).
+    """
+    if table_bits is not None and not 1 <= table_bits <= 62:
+        raise ValueError(f"table_bits must be None or an int in [1, 62], got {table_bits!r}")
+    if rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds!r}")
+    B, H = state_key.shape
+    N = B * H
+    g, nG = dense_index(group)                                                    # (B,)
+    m = turn_mask.reshape(-1)                                                     # (N,)
+    gf = torch.where(turn_mask, g[:, None], nG).reshape(-1)                       # (N,) invalid: group nG ...
+    kf = state_key.reshape(-1).long() * m                                         #      ... with key 0
+    bits = max(1, (2 * N - 1).bit_length()) if table_bits is None else table_bits
+    P = 1 << bits
+    h = ((kf * _MIX_K + gf) * _MIX_P >> (64 - bits)) & (P - 1)                    # (N,) top bits: slot of the pair
+    owner = torch.full((P,), N, dtype=torch.long, device=kf.device)              # (P,) owning row; N = free
+    slot, rp, hp = torch.empty_like(h), torch.arange(N, device=kf.device), h     # pending rows, their slots
+    for r in range(rounds + 1):
+        if r:
+            free = owner.index_select(0, hp) == N
+            hp_free, rp_free = hp[free], rp[free]
+        else:                                                                     # round 0: the table is empty
+            hp_free, rp_free = hp, rp
+        owner.scatter_reduce_(0, hp_free, rp_free, reduce="amin")
+        o = owner.index_select(0, hp)                                             # owner of each pending slot
+        gp, kp = (gf, kf) if r == 0 else (gf.index_select(0, rp), kf.index_select(0, rp))
+        same = (gf.index_select(0, o) == gp) & (kf.index_select(0, o) == kp)    # the owner's pair, in full
+        if r == 0 and bool(same.all()):                                           # no probing needed
+            slot, rp = h, rp[:0]
+            break
+        slot.index_put_((rp[same],), hp[same])
+        rp, hp = rp[~same], (hp[~same] + 1) & (P - 1)
+        if rp.numel() == 0:
+            break
+    n_rest = 0
+    if rp.numel():                                                                # pairs that found no slot
+        rest, n_rest = pair_index(gf.index_select(0, rp), kf.index_select(0, rp))
+        slot.index_put_((rp,), P + rest)
+    used = torch.zeros(P + n_rest, dtype=torch.bool, device=kf.device).scatter_(0, slot, m)  # slots of valid pairs
+    cum = used.cumsum(0)                                                          # (P + n_rest,)
+    S = int(cum[-1])
+    return torch.where(m, cum.index_select(0, slot) - 1, S).view(B, H), S
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
@@ -59,7 +122,7 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
         seg = torch.where(turn_mask, g[:, None], nG)                              # (B, H) invalid: extra cell nG
         A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.reshape(-1), nG + 1,
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
-    s, S = anchor_index(group, state_key, turn_mask)                              # (B, H) anchor s(i,k); invalid: S
+    s, S = anchor_slots(group, state_key, turn_mask)                              # (B, H) anchor s(i,k); invalid: S
     A_S = group_norm(Rk.reshape(-1), s.reshape(-1), S + 1, norm=norm, ddof=ddof, eps=eps).view(B, H)
     return (A_E + omega * A_S) * turn_mask                                        # Eq. (GiGPO)
 
