@@ -65,13 +65,15 @@ def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std",
     if norm not in ("std", "mean"):
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
     x64 = x.to(torch.float64)                                             # (N,)
-    n = segment_count(idx, S, torch.float64)                             # (S,) rows per segment
+    n = segment_count(idx, S, torch.long)                                # (S,) rows per segment (exact ints)
     mean = segment_sum(x64, idx, S) / n.clamp(min=1)                     # (S,)
     centered = x64 - mean.index_select(0, idx)                           # (N,) singleton: exactly 0
     if norm == "mean":
         return centered.to(x.dtype)
     var = segment_sum(centered * centered, idx, S) / (n - ddof).clamp(min=1)   # (S,) two-pass variance
-    std = var.masked_fill(n <= ddof, 0.0).sqrt()
+    if ddof > 1:                                                         # count <= 1: var is exactly 0 already
+        var = var.masked_fill(n <= ddof, 0.0)
+    std = var.sqrt()
     den = std + eps if eps > 0 else torch.where(std > 0, std, 1.0)       # eps=0 and std 0: stays 0
     return (centered / den.index_select(0, idx)).to(x.dtype)
 
