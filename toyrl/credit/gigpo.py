@@ -52,42 +52,50 @@ def anchor_slots(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.
         raise ValueError(f"table_bits must be None or an int in [1, 62], got {table_bits!r}")
     if rounds < 0:
         raise ValueError(f"rounds must be >= 0, got {rounds!r}")
-    B, H = state_key.shape
-    N = B * H
     g, nG = dense_index(group)                                                    # (B,)
+    ids, S = _slots(g, nG, state_key, turn_mask, table_bits, rounds)
+    return ids.long().view(state_key.shape), S
+
+
+def _slots(g: torch.Tensor, nG: int, state_key: torch.Tensor, turn_mask: torch.Tensor, table_bits: Optional[int],
+           rounds: int) -> tuple[torch.Tensor, int]:
+    """``anchor_slots`` on dense group ids g (B,) -> (ids (N,) int32 (long past 2^31 rows), S)."""
+    N = state_key.numel()
+    dev, i32 = state_key.device, torch.int32 if N < 2**31 - 1 else torch.long   # int32 ids: half the bytes
     m = turn_mask.reshape(-1)                                                     # (N,)
-    gf = torch.where(turn_mask, g[:, None], nG).reshape(-1)                       # (N,) invalid: group nG ...
+    gf = torch.where(turn_mask, g.to(i32)[:, None], nG).reshape(-1)               # (N,) invalid: group nG ...
     kf = state_key.reshape(-1).long() * m                                         #      ... with key 0
     bits = max(1, (2 * N - 1).bit_length()) if table_bits is None else table_bits
     P = 1 << bits
-    h = ((kf * _MIX_K + gf) * _MIX_P >> (64 - bits)) & (P - 1)                    # (N,) top bits: slot of the pair
-    owner = torch.full((P,), N, dtype=torch.long, device=kf.device)              # (P,) owning row; N = free
-    slot, rp, hp = torch.empty_like(h), torch.arange(N, device=kf.device), h     # pending rows, their slots
-    for r in range(rounds + 1):
-        if r:
+    h = kf * _MIX_K                                                               # (N,) hash of the pair, in place:
+    h.add_(gf).mul_(_MIX_P).bitwise_right_shift_(64 - bits).bitwise_and_(P - 1)  # top bits = the slot
+    owner = torch.full((P,), N, dtype=i32, device=dev)                           # (P,) owning row; N = free
+    owner.scatter_reduce_(0, h, torch.arange(N, dtype=i32, device=dev), reduce="amin")  # round 0: lowest row
+    o = owner.index_select(0, h)                                                  # (N,) owner of each row's slot
+    same = (gf.index_select(0, o) == gf).logical_and_(kf.index_select(0, o) == kf)   # the owner's pair, in full
+    slot, rp = h, h[:0]
+    if not bool(same.all()):                                                      # collisions: probe onwards
+        rp = (~same).nonzero().squeeze(1).to(i32)                                 # (M,) pending rows
+        slot, hp = h.clone(), (h.index_select(0, rp) + 1) & (P - 1)              # their next slots
+        gp, kp = gf.index_select(0, rp), kf.index_select(0, rp)                   # (M,) their pairs
+        for _ in range(rounds):
             free = owner.index_select(0, hp) == N
-            hp_free, rp_free = hp[free], rp[free]
-        else:                                                                     # round 0: the table is empty
-            hp_free, rp_free = hp, rp
-        owner.scatter_reduce_(0, hp_free, rp_free, reduce="amin")
-        o = owner.index_select(0, hp)                                             # owner of each pending slot
-        gp, kp = (gf, kf) if r == 0 else (gf.index_select(0, rp), kf.index_select(0, rp))
-        same = (gf.index_select(0, o) == gp) & (kf.index_select(0, o) == kp)    # the owner's pair, in full
-        if r == 0 and bool(same.all()):                                           # no probing needed
-            slot, rp = h, rp[:0]
-            break
-        slot.index_put_((rp[same],), hp[same])
-        rp, hp = rp[~same], (hp[~same] + 1) & (P - 1)
-        if rp.numel() == 0:
-            break
+            owner.scatter_reduce_(0, hp[free], rp[free], reduce="amin")          # free slots: lowest row claims
+            o = owner.index_select(0, hp)
+            same = (gf.index_select(0, o) == gp) & (kf.index_select(0, o) == kp)
+            slot.index_put_((rp[same],), hp[same])
+            left = (~same).nonzero().squeeze(1)
+            rp, hp, gp, kp = rp[left], (hp[left] + 1) & (P - 1), gp[left], kp[left]
+            if rp.numel() == 0:
+                break
     n_rest = 0
     if rp.numel():                                                                # pairs that found no slot
-        rest, n_rest = pair_index(gf.index_select(0, rp), kf.index_select(0, rp))
+        rest, n_rest = pair_index(gp, kp)
         slot.index_put_((rp,), P + rest)
-    used = torch.zeros(P + n_rest, dtype=torch.bool, device=kf.device).scatter_(0, slot, m)  # slots of valid pairs
-    cum = used.cumsum(0)                                                          # (P + n_rest,)
+    used = torch.zeros(P + n_rest, dtype=torch.bool, device=dev).scatter_(0, slot, m)   # slots of valid pairs
+    cum = used.cumsum(0, dtype=i32)                                               # (P + n_rest,)
     S = int(cum[-1])
-    return torch.where(m, cum.index_select(0, slot) - 1, S).view(B, H), S
+    return cum.index_select(0, slot).sub_(1).masked_fill_(~m, S), S               # (N,) dense ids; invalid: S
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
@@ -122,9 +130,9 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
         seg = torch.where(turn_mask, g[:, None], nG)                              # (B, H) invalid: extra cell nG
         A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.reshape(-1), nG + 1,
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
-    s, S = anchor_slots(group, state_key, turn_mask)                              # (B, H) anchor s(i,k); invalid: S
-    A_S = group_norm(Rk.reshape(-1), s.reshape(-1), S + 1, norm=norm, ddof=ddof, eps=eps).view(B, H)
-    return (A_E + omega * A_S) * turn_mask                                        # Eq. (GiGPO)
+    s, S = _slots(g, nG, state_key, turn_mask, None, 8)                           # (N,) anchor s(i,k); invalid: S
+    A_S = group_norm(Rk.reshape(-1), s, S + 1, norm=norm, ddof=ddof, eps=eps).view(B, H)
+    return (A_E + (A_S if omega == 1 else omega * A_S)) * turn_mask               # Eq. (GiGPO)
 
 
 def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,

@@ -55,13 +55,14 @@ def _cfg(config: Any, key: str, default: Any) -> Any:
 
 
 def _groups(index, device, B: int) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """Segment ids (B,) in [0, S), the segment count S and each row's group size (B,) from verl's ``index``.
+    """Segment ids (B,) in [0, S), the segment count S and the rows of each segment (S,) from verl's ``index``.
 
-    Integer labels (numpy or torch) whose range is under 4B + 16 become offsets from their minimum:
-    one min and one max, no sort and no hash (gaps in the range leave empty segments, which no
-    statistic reads). Other labels of any hashable kind (verl: uuid strings) are numbered by
-    ``pandas.factorize``, a hash table (~0.2 ms for 8192 uid strings against ~2 ms for ``np.unique``);
-    wider integer tensors by ``torch.unique``. Example: [7, 9, 7] -> ([0, 2, 0], 3, [2, 1, 2]).
+    Integer labels (numpy or torch) whose range is under 4B + 16 are used as they are when they start
+    at 0 or above (a numpy int64 array is shared, not copied), else as offsets from their minimum:
+    no sort and no hash; gaps in the range are empty segments, which no statistic reads. Other labels
+    of any hashable kind (verl: uuid strings) are numbered by ``pandas.factorize``, a hash table
+    (~0.2 ms for 8192 uid strings against ~2 ms for ``np.unique``); wider integer tensors by
+    ``torch.unique``. Example: [7, 9, 7] -> ([0, 2, 0], 3, [2, 0, 1]).
     """
     if isinstance(index, torch.Tensor):
         ids = index.reshape(-1).to(device)
@@ -71,7 +72,9 @@ def _groups(index, device, B: int) -> tuple[torch.Tensor, int, torch.Tensor]:
     else:
         arr = np.asarray(index).reshape(-1)
         lo, hi = (int(arr.min()), int(arr.max())) if arr.dtype.kind in "iu" and arr.size else (0, 2**62)
-        if hi - lo < 4 * B + 16:
+        if 0 <= lo and hi < 4 * B + 16:
+            g, S = torch.from_numpy(arr.astype(np.int64, copy=False)).to(device), hi + 1
+        elif hi - lo < 4 * B + 16:
             g, S = torch.from_numpy((arr - arr.dtype.type(lo)).astype(np.int64)).to(device), hi - lo + 1
         else:
             codes, uniques = pd.factorize(arr)
@@ -80,7 +83,7 @@ def _groups(index, device, B: int) -> tuple[torch.Tensor, int, torch.Tensor]:
             g, S = torch.from_numpy(codes.astype(np.int64, copy=False)).to(device), len(uniques)
     if g.shape[0] != B:
         raise ValueError(f"index: expected {B} labels (one per response), got {g.shape[0]}")
-    return g, S, segment_count(g, S, torch.long).index_select(0, g)
+    return g, S, segment_count(g, S, torch.long)
 
 
 def _returns(token_level_rewards: torch.Tensor) -> torch.Tensor:
@@ -104,9 +107,10 @@ def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, ep
                                    norm_adv_by_std_in_grpo: bool = True, config=None):
     """GRPO as verl: (R - mean) / (std + eps) per ``index`` group, broadcast to tokens -> (adv, adv), (B, L)."""
     R = _returns(token_level_rewards)                                      # (B,)
-    g, S, G = _groups(index, R.device, R.shape[0])
-    A = group_norm(R, g, S, norm="std" if norm_adv_by_std_in_grpo else "mean", ddof=1, eps=epsilon)  # grpo()
-    A = torch.where(G > 1, A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)   # verl: mean 0, std 1
+    g, S, n = _groups(index, R.device, R.shape[0])
+    A = group_norm(R, g, S, norm="std" if norm_adv_by_std_in_grpo else "mean", ddof=1, eps=epsilon, count=n)
+    many = (n > 1).index_select(0, g)                                      # (B,) not a singleton group
+    A = torch.where(many, A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)   # verl: mean 0, std 1
     adv = _tokens(A, response_mask)
     return adv, adv
 
@@ -116,10 +120,10 @@ def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, ep
                                    config=None, **kwargs):
     """RLOO as verl: R - mean of the other rollouts (singleton: R) -> (adv, adv), (B, L)."""
     R = _returns(token_level_rewards)                                      # (B,)
-    g, S, G = _groups(index, R.device, R.shape[0])
-    n = G.to(R.dtype)
-    A = group_norm(R, g, S, norm="mean") * (n / (n - 1).clamp(min=1))     # rloo(): G/(G-1) (R - mean_g R)
-    adv = _tokens(torch.where(G > 1, A, R), response_mask)
+    g, S, n = _groups(index, R.device, R.shape[0])
+    scale = (n / (n - 1).clamp(min=1)).to(R.dtype)                        # (S,) G/(G-1); singleton: 1
+    A = group_norm(R, g, S, norm="mean", count=n) * scale.index_select(0, g)   # rloo(): G/(G-1) (R - mean_g R)
+    adv = _tokens(torch.where((n > 1).index_select(0, g), A, R), response_mask)
     return adv, adv
 
 
@@ -138,7 +142,8 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards, 
                                                            epsilon: float = 1e-6, config=None, **kwargs):
     """REINFORCE++-baseline as verl: R - group mean (singleton: R), tiled, whitened over tokens -> (adv, adv)."""
     R = _returns(token_level_rewards)
-    g, _, G = _groups(index, R.device, R.shape[0])
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     adv = masked_whiten(_tokens(torch.where(G > 1, dr_grpo(R, g), R), response_mask), response_mask)
     return adv, adv
 
@@ -156,7 +161,8 @@ def compute_opo_outcome_advantage(token_level_rewards, response_mask, index, eps
                                   config=None, **kwargs):
     """OPO as verl: R minus the response-length-weighted group mean (singleton: R) -> (adv, adv)."""
     R = _returns(token_level_rewards)
-    g, _, G = _groups(index, R.device, R.shape[0])
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     adv = _tokens(torch.where(G > 1, opo(R, g, response_mask.sum(-1)), R), response_mask)
     return adv, adv
 
@@ -166,7 +172,8 @@ def compute_gpg_outcome_advantage(token_level_rewards, response_mask, index, eps
                                   f_norm: float = 1.0, alpha: float = 1.0, config=None, **kwargs):
     """GPG as verl: alpha (R - group mean) / f_norm, alpha = B / #non-zero R (singleton: alpha R / f_norm)."""
     R = _returns(token_level_rewards)
-    g, _, G = _groups(index, R.device, R.shape[0])
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     a = R.shape[0] / (R != 0).sum().clamp(min=1).to(R.dtype)
     adv = _tokens(torch.where(G > 1, gpg(R, g, f_norm=f_norm), a * R / f_norm), response_mask)
     return adv, adv
@@ -182,7 +189,8 @@ def compute_grpo_passk_outcome_advantage(token_level_rewards, response_mask, ind
     """
     norm = bool(_cfg(config, "norm_adv_by_std_in_grpo", True)) if config is not None else norm_adv_by_std_in_grpo
     R = _returns(token_level_rewards)
-    g, _, G = _groups(index, R.device, R.shape[0])
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     if bool((G < 2).any()):
         raise ValueError("Pass@k requires at least 2 samples per group (index has a singleton group)")
     adv = _tokens(grpo_passk(R, g, norm=norm, ddof=1, eps=epsilon), response_mask)
