@@ -109,8 +109,8 @@ def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, ep
     R = _returns(token_level_rewards)                                      # (B,)
     g, S, n = _groups(index, R.device, R.shape[0])
     A = group_norm(R, g, S, norm="std" if norm_adv_by_std_in_grpo else "mean", ddof=1, eps=epsilon, count=n)
-    many = (n > 1).index_select(0, g)                                      # (B,) not a singleton group
-    A = torch.where(many, A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)   # verl: mean 0, std 1
+    if bool((n == 1).any()):                                               # verl: a singleton has mean 0, std 1
+        A = torch.where((n > 1).index_select(0, g), A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)
     adv = _tokens(A, response_mask)
     return adv, adv
 
@@ -123,7 +123,9 @@ def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, ep
     g, S, n = _groups(index, R.device, R.shape[0])
     scale = (n / (n - 1).clamp(min=1)).to(R.dtype)                        # (S,) G/(G-1); singleton: 1
     A = group_norm(R, g, S, norm="mean", count=n) * scale.index_select(0, g)   # rloo(): G/(G-1) (R - mean_g R)
-    adv = _tokens(torch.where((n > 1).index_select(0, g), A, R), response_mask)
+    if bool((n == 1).any()):                                               # verl: a singleton keeps A = R
+        A = torch.where((n > 1).index_select(0, g), A, R)
+    adv = _tokens(A, response_mask)
     return adv, adv
 
 
