@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import random_batch
 from toyrl.credit import ESTIMATORS, REFERENCE, anchor_index, gigpo, similarity_keys
 from toyrl.credit.gigpo import anchor_slots
+from toyrl.segments import dense_index
 
 
 def gigpo_loop(reward, mask, group, keys, gamma=0.95, omega=1.0, eps=1e-6, norm="std"):
@@ -151,6 +152,12 @@ def test_anchor_slots_partition_equals_anchor_index(seed, B, H, n_keys, bits, ro
     assert len(set(zip(i1[mask].tolist(), i2[mask].tolist()))) == S1          # a bijection of the cells
     if S2:
         assert set(i2[mask].tolist()) == set(range(S2))                       # dense ids 0..S-1
+    from toyrl.credit.gigpo import _slots                                     # GiGPO's own numbering
+    i3, n = _slots(dense_index(group)[0], keys, mask, bits, rounds)
+    i3 = i3.long().view(B, H)
+    assert len(set(zip(i1[mask].tolist(), i3[mask].tolist()))) == S1 and (i3 < n).all()
+    if (~mask).any():                                                         # one id of their own
+        assert len(set(i3[~mask].tolist())) == 1 and not set(i3[~mask].tolist()) & set(i3[mask].tolist())
 
 
 def test_anchor_slots_hand_case():

@@ -53,37 +53,43 @@ def anchor_slots(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.
     if rounds < 0:
         raise ValueError(f"rounds must be >= 0, got {rounds!r}")
     g, nG = dense_index(group)                                                    # (B,)
-    ids, S = _slots(g, nG, state_key, turn_mask, table_bits, rounds)
+    ids, S = _slots(g, state_key, turn_mask, table_bits, rounds, invalid_last=True)
     return ids.long().view(state_key.shape), S
 
 
-def _slots(g: torch.Tensor, nG: int, state_key: torch.Tensor, turn_mask: torch.Tensor, table_bits: Optional[int],
-           rounds: int) -> tuple[torch.Tensor, int]:
-    """``anchor_slots`` on dense group ids g (B,) -> (ids (N,) int32 (long past 2^31 rows), S)."""
+def _slots(g: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, table_bits: Optional[int],
+           rounds: int, invalid_last: bool = False) -> tuple[torch.Tensor, int]:
+    """``anchor_slots`` on dense group ids g (B,) -> (ids (N,) int32 (long past 2^31 rows), n).
+
+    ``invalid_last``: the anchors get 0..S-1 and every invalid turn S, n = S (``anchor_slots``).
+    Else (GiGPO's own use) ids are 1..n-1 in slot order, the invalid turns one id of their own among
+    them and id 0 unused: a segment count n that needs no renumbering pass.
+    """
     N = state_key.numel()
     dev, i32 = state_key.device, torch.int32 if N < 2**31 - 1 else torch.long   # int32 ids: half the bytes
     m = turn_mask.reshape(-1)                                                     # (N,)
-    gf = torch.where(turn_mask, g.to(i32)[:, None], nG).reshape(-1)               # (N,) invalid: group nG ...
-    kf = state_key.reshape(-1).long() * m                                         #      ... with key 0
+    gf = g.to(i32)[:, None].expand(turn_mask.shape).reshape(-1)                   # (N,) group of each turn
+    kf = state_key.reshape(-1).long()                                             # (N,)
     bits = max(1, (2 * N - 1).bit_length()) if table_bits is None else table_bits
-    P = 1 << bits
-    h = kf * _MIX_K                                                               # (N,) hash of the pair, in place:
-    h.add_(gf).mul_(_MIX_P).bitwise_right_shift_(64 - bits).bitwise_and_(P - 1)  # top bits = the slot
-    owner = torch.full((P,), N, dtype=i32, device=dev)                           # (P,) owning row; N = free
+    P = 1 << bits                                                                 # table slots; slot P: invalid turns
+    h = torch.add(gf, kf, alpha=_MIX_K)                                           # (N,) hash of the pair, in place:
+    h.mul_(_MIX_P).bitwise_right_shift_(64 - bits).bitwise_and_(P - 1)           # top bits = the slot
+    h.masked_fill_(~m, P)
+    owner = torch.full((P + 1,), N, dtype=i32, device=dev)                       # (P + 1,) owning row; N = free
     owner.scatter_reduce_(0, h, torch.arange(N, dtype=i32, device=dev), reduce="amin")  # round 0: lowest row
     o = owner.index_select(0, h)                                                  # (N,) owner of each row's slot
-    same = (gf.index_select(0, o) == gf).logical_and_(kf.index_select(0, o) == kf)   # the owner's pair, in full
-    slot, rp = h, h[:0]
+    same = (gf.index_select(0, o) == gf).logical_and_(kf.index_select(0, o) == kf).logical_or_(~m)  # full pair
+    slot, rp = h, h[:0]                                                           # h becomes the slot of each row
     if not bool(same.all()):                                                      # collisions: probe onwards
-        rp = (~same).nonzero().squeeze(1).to(i32)                                 # (M,) pending rows
-        slot, hp = h.clone(), (h.index_select(0, rp) + 1) & (P - 1)              # their next slots
+        rp = (~same).nonzero().squeeze(1).to(i32)                                 # (M,) pending rows (all valid)
+        hp = (h.index_select(0, rp) + 1) & (P - 1)                                # their next slots
         gp, kp = gf.index_select(0, rp), kf.index_select(0, rp)                   # (M,) their pairs
         for _ in range(rounds):
             free = owner.index_select(0, hp) == N
-            owner.scatter_reduce_(0, hp[free], rp[free], reduce="amin")          # free slots: lowest row claims
-            o = owner.index_select(0, hp)
+            owner.scatter_reduce_(0, torch.where(free, hp, P), rp, reduce="amin")  # free slots: lowest row claims
+            o = owner.index_select(0, hp)                                         # (slot P keeps its owner)
             same = (gf.index_select(0, o) == gp) & (kf.index_select(0, o) == kp)
-            slot.index_put_((rp[same],), hp[same])
+            slot.index_put_((rp,), hp)                                            # final for the matched rows
             left = (~same).nonzero().squeeze(1)
             rp, hp, gp, kp = rp[left], (hp[left] + 1) & (P - 1), gp[left], kp[left]
             if rp.numel() == 0:
@@ -91,11 +97,15 @@ def _slots(g: torch.Tensor, nG: int, state_key: torch.Tensor, turn_mask: torch.T
     n_rest = 0
     if rp.numel():                                                                # pairs that found no slot
         rest, n_rest = pair_index(gp, kp)
-        slot.index_put_((rp,), P + rest)
-    used = torch.zeros(P + n_rest, dtype=torch.bool, device=dev).scatter_(0, slot, m)   # slots of valid pairs
-    cum = used.cumsum(0, dtype=i32)                                               # (P + n_rest,)
-    S = int(cum[-1])
-    return cum.index_select(0, slot).sub_(1).masked_fill_(~m, S), S               # (N,) dense ids; invalid: S
+        slot.index_put_((rp,), P + 1 + rest)
+    used = torch.zeros(P + 1 + n_rest, dtype=torch.bool, device=dev)              # (P + 1 + n_rest,) occupied slots
+    if invalid_last:
+        used.scatter_(0, slot, m)                                                 # the invalid slot stays unused
+        cum = used.cumsum(0, dtype=i32)
+        S = int(cum[-1])
+        return cum.index_select(0, slot).sub_(1).masked_fill_(~m, S), S
+    cum = used.index_fill_(0, slot, True).cumsum(0, dtype=i32)
+    return cum.index_select(0, slot), int(cum[-1]) + 1
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
@@ -130,8 +140,8 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
         seg = torch.where(turn_mask, g[:, None], nG)                              # (B, H) invalid: extra cell nG
         A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.reshape(-1), nG + 1,
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
-    s, S = _slots(g, nG, state_key, turn_mask, None, 8)                           # (N,) anchor s(i,k); invalid: S
-    A_S = group_norm(Rk.reshape(-1), s, S + 1, norm=norm, ddof=ddof, eps=eps).view(B, H)
+    s, n = _slots(g, state_key, turn_mask, None, 8)                               # (N,) anchor s(i,k), ids < n
+    A_S = group_norm(Rk.reshape(-1), s, n, norm=norm, ddof=ddof, eps=eps).view(B, H)   # invalid turns: masked below
     return (A_E + (A_S if omega == 1 else omega * A_S)) * turn_mask               # Eq. (GiGPO)
 
 
