@@ -45,8 +45,8 @@ def check(name: str, x, spec: str, dims: dict, *, kind: Optional[str] = None) ->
             raise ValueError(f"{name}: expected shape ({want}), got {tuple(x.shape)}")
     if kind == "float" and not x.is_floating_point():
         raise ValueError(f"{name}: expected a floating-point tensor, got {x.dtype}")
-    if kind == "float" and not math.isfinite(float(x.sum(dtype=torch.float64))):   # one pass; not finite: a bad
-        check_finite(name, x)                           # entry (named here) or a float64 overflow (passes here)
+    if kind == "float" and not math.isfinite(float(x.detach().sum(dtype=torch.float64))):   # one pass over x
+        check_finite(name, x)              # not finite: a bad entry (named here) or a float64 overflow (passes)
     if kind == "bool" and x.dtype != torch.bool:
         raise ValueError(f"{name}: expected a bool tensor, got {x.dtype}")
     return dims
