@@ -8,7 +8,9 @@ A prototype written against toyrl ports to verl by swapping imports, and back:
     adv, ret = compute_grpo_outcome_advantage(token_level_rewards, response_mask, index=uid)
 
 Each function is a thin adapter over the vectorized estimators of ``toyrl.credit`` (no Python loop
-over samples or groups). ``index`` is verl's numpy array of group ids (any hashable values, e.g.
+over samples or groups); GRPO and RLOO call their group statistics (``credit.base.group_norm``)
+straight on the ids of ``index`` (integer ids as they are, strings numbered once), so they do not
+renumber the groups a second time. ``index`` is verl's numpy array of group ids (any hashable values, e.g.
 uuid strings); ``config`` may be a dict, an OmegaConf config or any object with the attributes verl
 reads. Singleton groups follow verl here (GRPO: A = R / (1 + eps); RLOO, OPO, REINFORCE++-baseline:
 no baseline; GPG: alpha R / F; Pass@k raises ValueError), while ``toyrl.credit`` itself gives 0.
