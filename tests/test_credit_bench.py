@@ -13,7 +13,8 @@ def test_bench_credit_quick_prints_the_race_blocks(capsys):
     assert "memory-bound floor" in out and "x the floor" in out
     assert "gigpo vs the seed article's loop" in out
     if load_core_algos() is not None:
-        assert "toyrl / verl" in out and out.count("toyrl.port.verl") == 2
+        assert "toyrl / verl" in out and out.count("toyrl.port.verl") == 4
+        assert out.count("uid str") == 2 and out.count("int ids") == 2
 
 
 def test_race_inputs_are_verl_shaped():

@@ -15,6 +15,7 @@ the std, never to the variance, except in ``masked_whiten`` (verl: rsqrt(var + 1
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -44,34 +45,37 @@ def check(name: str, x, spec: str, dims: dict, *, kind: Optional[str] = None) ->
             raise ValueError(f"{name}: expected shape ({want}), got {tuple(x.shape)}")
     if kind == "float" and not x.is_floating_point():
         raise ValueError(f"{name}: expected a floating-point tensor, got {x.dtype}")
-    if kind == "float":
-        check_finite(name, x)
+    if kind == "float" and not math.isfinite(float(x.detach().sum(dtype=torch.float64))):   # one pass over x
+        check_finite(name, x)              # not finite: a bad entry (named here) or a float64 overflow (passes)
     if kind == "bool" and x.dtype != torch.bool:
         raise ValueError(f"{name}: expected a bool tensor, got {x.dtype}")
     return dims
 
 
 def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std", ddof: int = 1,
-               eps: float = 1e-6) -> torch.Tensor:
+               eps: float = 1e-6, count: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Segment-relative score: (x - mean_seg) / (std_seg + eps) ("std") or x - mean_seg ("mean").
 
     Rows are (N,), ``idx`` (N,) dense segment ids in [0, S). Statistics are accumulated in float64
     (two-pass std), the result is in x.dtype. A segment of equal values (singletons included) gives
     exactly 0: the float64 sum of float32 values is exact, so its mean is the value itself (in float32
     a sum of 0.95**3 eight times, divided by 8, misses it by an ulp, and (x - mean) / (std + 1e-6)
-    then reads ~0.05 instead of 0). A segment with count <= ddof has std 0.
+    then reads ~0.05 instead of 0). A segment with count <= ddof has std 0. ``count`` (S,) long: the
+    rows per segment when the caller has them already (``segment_count(idx, S, torch.long)``).
     Example: x [1., 0., 0.], idx [0, 0, 0], norm "mean" -> [0.667, -0.333, -0.333].
     """
     if norm not in ("std", "mean"):
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
     x64 = x.to(torch.float64)                                             # (N,)
-    n = segment_count(idx, S, torch.float64)                             # (S,) rows per segment
+    n = segment_count(idx, S, torch.long) if count is None else count   # (S,) rows per segment (exact ints)
     mean = segment_sum(x64, idx, S) / n.clamp(min=1)                     # (S,)
     centered = x64 - mean.index_select(0, idx)                           # (N,) singleton: exactly 0
     if norm == "mean":
         return centered.to(x.dtype)
     var = segment_sum(centered * centered, idx, S) / (n - ddof).clamp(min=1)   # (S,) two-pass variance
-    std = var.masked_fill(n <= ddof, 0.0).sqrt()
+    if ddof > 1:                                                         # count <= 1: var is exactly 0 already
+        var = var.masked_fill(n <= ddof, 0.0)
+    std = var.sqrt()
     den = std + eps if eps > 0 else torch.where(std > 0, std, 1.0)       # eps=0 and std 0: stays 0
     return (centered / den.index_select(0, idx)).to(x.dtype)
 

@@ -10,21 +10,102 @@ any time index) and scores its discounted return against the others of that anch
     A^E_i     = (R_i - mean_g R) / F,            R_i = sum_k r_{i,k}
     A^S_{i,k} = (R_{i,k} - mean_anchor R) / F,   R_{i,k} = sum_{k' >= k} gamma^{k'-k} r_{i,k'}
 
-F = std + eps ("std") or 1 ("mean"). The anchors are the distinct (group, state_key) pairs, numbered
-by ``torch.unique`` (``segments.anchor_index``), and the statistics of every anchor are segment
-sums over those ids (``group_norm``), accumulated in float64, so an anchor whose returns are all
-equal gets exactly 0. ``reference.py`` holds the same estimator as loops over groups and anchors.
+F = std + eps ("std") or 1 ("mean"). The anchors are the distinct (group, state_key) pairs, found by a
+vectorized hash table (``anchor_slots``: O(N), no sort; a pair is compared in full, so two pairs with
+the same hash never merge), and the statistics of every anchor are segment sums over those ids
+(``group_norm``), accumulated in float64, so an anchor whose returns are all equal gets exactly 0.
+``segments.anchor_index`` gives the same partition numbered in sorted order (``torch.unique``).
+``credit/reference/multiturn.py`` holds the same estimator as loops over groups and anchors.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
 from ..batch import discounted_returns
-from ..segments import anchor_index, dense_index
+from ..segments import anchor_index, dense_index, pair_index
 from .base import check, group_norm
 from .registry import register_estimator
 
-__all__ = ["gigpo", "anchor_index", "similarity_keys"]
+__all__ = ["gigpo", "anchor_index", "anchor_slots", "similarity_keys"]
+
+_MIX_K, _MIX_P = -7046029254386353131, 0x2545F4914F6CDD1D                     # odd 64-bit multipliers
+
+
+def anchor_slots(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, *,
+                 table_bits: Optional[int] = None, rounds: int = 8) -> tuple[torch.Tensor, int]:
+    """Anchor id of every turn over the (group, state_key) pairs of valid turns, by hashing -> ((B, H) long, S).
+
+    The partition of ``segments.anchor_index`` (valid turns get ids 0..S-1, every invalid turn S) in
+    O(N) vectorized steps instead of two sorts. Each pair p = (g, key) hashes to a slot h(p) of a
+    table of 2^table_bits >= 2N slots (default); each round, the free slots are claimed by their
+    lowest pending row (``scatter_reduce`` amin), and a row whose slot's owner holds the same pair,
+    compared in full, takes that slot; the others probe the next slot (linear probing). The rows of
+    one pair move in lockstep, so a pair gets one slot and a slot one pair: exact, whatever the hash
+    collisions. Rows still pending after ``rounds`` rounds (pairs disjoint from all placed ones)
+    are numbered by ``pair_index`` after the table. Ids follow slot order.
+    Example: group [0, 1], keys [[5, 7], [5, 5]], mask [[1, 1], [1, 0]] -> [[2, 1], [0, 3]], S = 3
+    (``anchor_index``: [[0, 1], [2, 3]], the same cells).
+    """
+    if table_bits is not None and not 1 <= table_bits <= 62:
+        raise ValueError(f"table_bits must be None or an int in [1, 62], got {table_bits!r}")
+    if rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds!r}")
+    g, nG = dense_index(group)                                                    # (B,)
+    ids, S = _slots(g, state_key, turn_mask, table_bits, rounds, invalid_last=True)
+    return ids.long().view(state_key.shape), S
+
+
+def _slots(g: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, table_bits: Optional[int],
+           rounds: int, invalid_last: bool = False) -> tuple[torch.Tensor, int]:
+    """``anchor_slots`` on dense group ids g (B,) -> (ids (N,) int32 (long past 2^31 rows), n).
+
+    ``invalid_last``: the anchors get 0..S-1 and every invalid turn S, n = S (``anchor_slots``).
+    Else (GiGPO's own use) ids are 1..n-1 in slot order, the invalid turns one id of their own among
+    them and id 0 unused: a segment count n that needs no renumbering pass.
+    """
+    N = state_key.numel()
+    dev, i32 = state_key.device, torch.int32 if N < 2**31 - 1 else torch.long   # int32 ids: half the bytes
+    m = turn_mask.reshape(-1)                                                     # (N,)
+    gf = g.to(i32)[:, None].expand(turn_mask.shape).reshape(-1)                   # (N,) group of each turn
+    kf = state_key.reshape(-1).long()                                             # (N,)
+    bits = max(1, (2 * N - 1).bit_length()) if table_bits is None else table_bits
+    P = 1 << bits                                                                 # table slots; slot P: invalid turns
+    h = torch.add(gf, kf, alpha=_MIX_K)                                           # (N,) hash of the pair, in place:
+    h.mul_(_MIX_P).bitwise_right_shift_(64 - bits).bitwise_and_(P - 1)           # top bits = the slot
+    h.masked_fill_(~m, P)
+    owner = torch.full((P + 1,), N, dtype=i32, device=dev)                       # (P + 1,) owning row; N = free
+    owner.scatter_reduce_(0, h, torch.arange(N, dtype=i32, device=dev), reduce="amin")  # round 0: lowest row
+    o = owner.index_select(0, h)                                                  # (N,) owner of each row's slot
+    same = (gf.index_select(0, o) == gf).logical_and_(kf.index_select(0, o) == kf).logical_or_(~m)  # full pair
+    slot, rp = h, h[:0]                                                           # h becomes the slot of each row
+    if not bool(same.all()):                                                      # collisions: probe onwards
+        rp = (~same).nonzero().squeeze(1).to(i32)                                 # (M,) pending rows (all valid)
+        hp = (h.index_select(0, rp) + 1) & (P - 1)                                # their next slots
+        gp, kp = gf.index_select(0, rp), kf.index_select(0, rp)                   # (M,) their pairs
+        for _ in range(rounds):
+            free = owner.index_select(0, hp) == N
+            owner.scatter_reduce_(0, torch.where(free, hp, P), rp, reduce="amin")  # free slots: lowest row claims
+            o = owner.index_select(0, hp)                                         # (slot P keeps its owner)
+            same = (gf.index_select(0, o) == gp) & (kf.index_select(0, o) == kp)
+            slot.index_put_((rp,), hp)                                            # final for the matched rows
+            left = (~same).nonzero().squeeze(1)
+            rp, hp, gp, kp = rp[left], (hp[left] + 1) & (P - 1), gp[left], kp[left]
+            if rp.numel() == 0:
+                break
+    n_rest = 0
+    if rp.numel():                                                                # pairs that found no slot
+        rest, n_rest = pair_index(gp, kp)
+        slot.index_put_((rp,), P + 1 + rest)
+    used = torch.zeros(P + 1 + n_rest, dtype=torch.bool, device=dev)              # (P + 1 + n_rest,) occupied slots
+    if invalid_last:
+        used.scatter_(0, slot, m)                                                 # the invalid slot stays unused
+        cum = used.cumsum(0, dtype=i32)
+        S = int(cum[-1])
+        return cum.index_select(0, slot).sub_(1).masked_fill_(~m, S), S
+    cum = used.index_fill_(0, slot, True).cumsum(0, dtype=i32)
+    return cum.index_select(0, slot), int(cum[-1]) + 1
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
@@ -59,9 +140,9 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
         seg = torch.where(turn_mask, g[:, None], nG)                              # (B, H) invalid: extra cell nG
         A_E = group_norm(R[:, None].expand(B, H).reshape(-1), seg.reshape(-1), nG + 1,
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
-    s, S = anchor_index(group, state_key, turn_mask)                              # (B, H) anchor s(i,k); invalid: S
-    A_S = group_norm(Rk.reshape(-1), s.reshape(-1), S + 1, norm=norm, ddof=ddof, eps=eps).view(B, H)
-    return (A_E + omega * A_S) * turn_mask                                        # Eq. (GiGPO)
+    s, n = _slots(g, state_key, turn_mask, None, 8)                               # (N,) anchor s(i,k), ids < n
+    A_S = group_norm(Rk.reshape(-1), s, n, norm=norm, ddof=ddof, eps=eps).view(B, H)   # invalid turns: masked below
+    return (A_E + (A_S if omega == 1 else omega * A_S)) * turn_mask               # Eq. (GiGPO)
 
 
 def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,

@@ -8,7 +8,9 @@ A prototype written against toyrl ports to verl by swapping imports, and back:
     adv, ret = compute_grpo_outcome_advantage(token_level_rewards, response_mask, index=uid)
 
 Each function is a thin adapter over the vectorized estimators of ``toyrl.credit`` (no Python loop
-over samples or groups). ``index`` is verl's numpy array of group ids (any hashable values, e.g.
+over samples or groups); GRPO and RLOO call their group statistics (``credit.base.group_norm``)
+straight on the ids of ``index`` (integer ids as they are, strings numbered once), so they do not
+renumber the groups a second time. ``index`` is verl's numpy array of group ids (any hashable values, e.g.
 uuid strings); ``config`` may be a dict, an OmegaConf config or any object with the attributes verl
 reads. Singleton groups follow verl here (GRPO: A = R / (1 + eps); RLOO, OPO, REINFORCE++-baseline:
 no baseline; GPG: alpha R / F; Pass@k raises ValueError), while ``toyrl.credit`` itself gives 0.
@@ -17,6 +19,7 @@ no baseline; GPG: alpha R / F; Pass@k raises ValueError), while ``toyrl.credit``
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -25,10 +28,10 @@ import torch
 
 from ..batch import TurnBatch, token_to_turn
 from ..credit import ESTIMATORS, token_advantages
-from ..credit.base import masked_whiten
+from ..credit.base import check, group_norm, masked_whiten
 from ..credit.gae import gae_scan
 from .verl_loader import load_core_algos
-from ..credit.outcome import dr_grpo, gpg, grpo, grpo_passk, opo, rloo, token_returns
+from ..credit.outcome import dr_grpo, gpg, grpo_passk, opo, token_returns
 from ..segments import dense_index, segment_count
 
 __all__ = [
@@ -53,20 +56,47 @@ def _cfg(config: Any, key: str, default: Any) -> Any:
     return getattr(config, key, default)
 
 
-def _groups(index, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense group ids (B,) from verl's ``index`` and each row's group size (B,).
+def _groups(index, device, B: int) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """Segment ids (B,) in [0, S), the segment count S and the rows of each segment (S,) from verl's ``index``.
 
-    Labels of any hashable kind (verl: uuid strings) are numbered by ``pandas.factorize``, a hash
-    table (no sort of Python objects: ~0.2 ms for 8192 uid strings against ~2 ms for ``np.unique``).
+    Integer labels (numpy or torch) whose range is under 4B + 16 are used as they are when they start
+    at 0 or above (a numpy int64 array is shared, not copied), else as offsets from their minimum:
+    no sort and no hash; gaps in the range are empty segments, which no statistic reads. Other labels
+    of any hashable kind (verl: uuid strings) are numbered by ``pandas.factorize``, a hash table
+    (~0.2 ms for 8192 uid strings against ~2 ms for ``np.unique``); wider integer tensors by
+    ``torch.unique``. Example: [7, 9, 7] -> ([0, 2, 0], 3, [2, 0, 1]).
     """
     if isinstance(index, torch.Tensor):
-        g, S = dense_index(index.reshape(-1).to(device))
+        ids = index.reshape(-1).to(device)
+        exact = ids.numel() > 0 and not ids.is_floating_point() and ids.dtype != torch.bool
+        lo, hi = torch.stack(ids.aminmax()).tolist() if exact else (0, 2**62)   # one sync
+        g, S = (ids.long() - lo, hi - lo + 1) if hi - lo < 4 * B + 16 else dense_index(ids)
     else:
-        codes, uniques = pd.factorize(np.asarray(index).reshape(-1))
-        if (codes < 0).any():                                             # a missing label (None / NaN)
-            raise ValueError("index holds a missing label (None or NaN)")
-        g, S = torch.from_numpy(codes.astype(np.int64)).to(device), len(uniques)
-    return g, segment_count(g, S, torch.long)[g]
+        arr = np.asarray(index).reshape(-1)
+        lo, hi = (int(arr.min()), int(arr.max())) if arr.dtype.kind in "iu" and arr.size else (0, 2**62)
+        if 0 <= lo and hi < 4 * B + 16:
+            g, S = torch.from_numpy(arr.astype(np.int64, copy=False)).to(device), hi + 1
+        elif hi - lo < 4 * B + 16:
+            g, S = torch.from_numpy((arr - arr.dtype.type(lo)).astype(np.int64)).to(device), hi - lo + 1
+        else:
+            codes, uniques = pd.factorize(arr)
+            if (codes < 0).any():                                         # a missing label (None / NaN)
+                raise ValueError("index holds a missing label (None or NaN)")
+            g, S = torch.from_numpy(codes.astype(np.int64, copy=False)).to(device), len(uniques)
+    if g.shape[0] != B:
+        raise ValueError(f"index: expected {B} labels (one per response), got {g.shape[0]}")
+    return g, S, segment_count(g, S, torch.long)
+
+
+def _returns(token_level_rewards: torch.Tensor) -> torch.Tensor:
+    """Each response's total reward R (B,), checked finite (a ValueError naming the argument)."""
+    if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
+        raise ValueError("token_level_rewards: expected a (B, L) tensor, got "
+                         f"{getattr(token_level_rewards, 'shape', type(token_level_rewards).__name__)}")
+    R = token_level_rewards.sum(-1)                                        # (B,)
+    if not math.isfinite(float(R.sum(dtype=torch.float64))):               # no overflow in float64: one pass
+        check("token_level_rewards (summed over tokens)", R, "B", {}, kind="float")   # names the position
+    return R
 
 
 def _tokens(a_B: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -78,10 +108,11 @@ def _tokens(a_B: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
 def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
                                    norm_adv_by_std_in_grpo: bool = True, config=None):
     """GRPO as verl: (R - mean) / (std + eps) per ``index`` group, broadcast to tokens -> (adv, adv), (B, L)."""
-    R = token_level_rewards.sum(-1)                                        # (B,)
-    g, G = _groups(index, R.device)
-    A = grpo(R, g, norm="std" if norm_adv_by_std_in_grpo else "mean", ddof=1, eps=epsilon)
-    A = torch.where(G > 1, A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)   # verl: mean 0, std 1
+    R = _returns(token_level_rewards)                                      # (B,)
+    g, S, n = _groups(index, R.device, R.shape[0])
+    A = group_norm(R, g, S, norm="std" if norm_adv_by_std_in_grpo else "mean", ddof=1, eps=epsilon, count=n)
+    if bool((n == 1).any()):                                               # verl: a singleton has mean 0, std 1
+        A = torch.where((n > 1).index_select(0, g), A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)
     adv = _tokens(A, response_mask)
     return adv, adv
 
@@ -90,9 +121,13 @@ def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, ep
 def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
                                    config=None, **kwargs):
     """RLOO as verl: R - mean of the other rollouts (singleton: R) -> (adv, adv), (B, L)."""
-    R = token_level_rewards.sum(-1)
-    g, G = _groups(index, R.device)
-    adv = _tokens(torch.where(G > 1, rloo(R, g), R), response_mask)
+    R = _returns(token_level_rewards)                                      # (B,)
+    g, S, n = _groups(index, R.device, R.shape[0])
+    scale = (n / (n - 1).clamp(min=1)).to(R.dtype)                        # (S,) G/(G-1); singleton: 1
+    A = group_norm(R, g, S, norm="mean", count=n) * scale.index_select(0, g)   # rloo(): G/(G-1) (R - mean_g R)
+    if bool((n == 1).any()):                                               # verl: a singleton keeps A = R
+        A = torch.where((n > 1).index_select(0, g), A, R)
+    adv = _tokens(A, response_mask)
     return adv, adv
 
 
@@ -110,8 +145,9 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_
 def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards, response_mask, index,
                                                            epsilon: float = 1e-6, config=None, **kwargs):
     """REINFORCE++-baseline as verl: R - group mean (singleton: R), tiled, whitened over tokens -> (adv, adv)."""
-    R = token_level_rewards.sum(-1)
-    g, G = _groups(index, R.device)
+    R = _returns(token_level_rewards)
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     adv = masked_whiten(_tokens(torch.where(G > 1, dr_grpo(R, g), R), response_mask), response_mask)
     return adv, adv
 
@@ -128,8 +164,9 @@ def compute_remax_outcome_advantage(token_level_rewards, reward_baselines, respo
 def compute_opo_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
                                   config=None, **kwargs):
     """OPO as verl: R minus the response-length-weighted group mean (singleton: R) -> (adv, adv)."""
-    R = token_level_rewards.sum(-1)
-    g, G = _groups(index, R.device)
+    R = _returns(token_level_rewards)
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     adv = _tokens(torch.where(G > 1, opo(R, g, response_mask.sum(-1)), R), response_mask)
     return adv, adv
 
@@ -138,8 +175,9 @@ def compute_opo_outcome_advantage(token_level_rewards, response_mask, index, eps
 def compute_gpg_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
                                   f_norm: float = 1.0, alpha: float = 1.0, config=None, **kwargs):
     """GPG as verl: alpha (R - group mean) / f_norm, alpha = B / #non-zero R (singleton: alpha R / f_norm)."""
-    R = token_level_rewards.sum(-1)
-    g, G = _groups(index, R.device)
+    R = _returns(token_level_rewards)
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     a = R.shape[0] / (R != 0).sum().clamp(min=1).to(R.dtype)
     adv = _tokens(torch.where(G > 1, gpg(R, g, f_norm=f_norm), a * R / f_norm), response_mask)
     return adv, adv
@@ -154,8 +192,9 @@ def compute_grpo_passk_outcome_advantage(token_level_rewards, response_mask, ind
     is given, and a group of one raises ValueError.
     """
     norm = bool(_cfg(config, "norm_adv_by_std_in_grpo", True)) if config is not None else norm_adv_by_std_in_grpo
-    R = token_level_rewards.sum(-1)
-    g, G = _groups(index, R.device)
+    R = _returns(token_level_rewards)
+    g, _, n = _groups(index, R.device, R.shape[0])
+    G = n.index_select(0, g)                                               # (B,) group size of each row
     if bool((G < 2).any()):
         raise ValueError("Pass@k requires at least 2 samples per group (index has a singleton group)")
     adv = _tokens(grpo_passk(R, g, norm=norm, ddof=1, eps=epsilon), response_mask)
@@ -196,7 +235,7 @@ def batch_from_verl(token_level_rewards: torch.Tensor, response_mask: torch.Tens
     H = max(int(n_turns.max()) if B else 0, 1)
     turn_mask = torch.arange(H, device=dev)[None, :] < n_turns[:, None]           # (B, H)
     reward = token_to_turn(token_level_rewards, turn_id, H, "sum", turn_id >= 0)
-    group = _groups(index, dev)[0] if index is not None else torch.arange(B, device=dev)
+    group = _groups(index, dev, B)[0] if index is not None else torch.arange(B, device=dev)
     kw = {}
     for name, val in fields.items():
         if val is not None and (name in _TURN_FIELDS or name in _TOKEN_FIELDS):

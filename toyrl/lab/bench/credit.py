@@ -13,7 +13,8 @@ small ids (FrozenLake-style cell indices); both batches have ``--states`` distin
 A full run (no ``--only``) then prints three more blocks: the token scans against a memory-bound
 floor (one ``torch.cumsum`` over a float32 tensor of the token batch's size), GiGPO against the seed
 article's loop, and, when verl is importable, ``toyrl.port.verl`` GRPO / RLOO against verl's own
-vectorized versions on 8192 responses x 256 tokens in groups of 8 (conversions included).
+vectorized versions on 8192 responses x 256 tokens in groups of 8 (conversions included), once with
+uid strings (verl's default ``index``) and once with a numpy array of integer group ids.
 
 Loop references (the styles the vectorized code replaces):
   outcome  per-sample dict loop computing group mean / std (verl's GRPO style)
@@ -202,16 +203,17 @@ def extras(rows: list, tok_b: TurnBatch, a) -> None:
     if core is None:
         print("verl race: verl is not importable, skipped")
         return
-    r, m, index = race_inputs(*((1024, 64) if a.quick else (8192, 256)))
+    r, m, uids = race_inputs(*((1024, 64) if a.quick else (8192, 256)))
     pairs = {"grpo": (port.compute_grpo_outcome_advantage, core.compute_grpo_vectorized_outcome_advantage),
              "rloo": (port.compute_rloo_outcome_advantage, core.compute_rloo_vectorized_outcome_advantage)}
-    print(f"verl race: {r.shape[0]} responses x {r.shape[1]} tokens, groups of 8, uid strings, conversions "
-          f"included, torch threads {torch.get_num_threads()}")
-    for name, (ours, theirs) in pairs.items():
-        torch.testing.assert_close(ours(r, m, index)[0], theirs(r, m, index)[0], atol=1e-5, rtol=1e-5)
-        t = best_of({"toyrl": lambda: ours(r, m, index), "verl": lambda: theirs(r, m, index)}, a.reps, a.rounds)
-        print(f"  {name:<6} toyrl.port.verl {1e3 * t['toyrl']:.2f} ms   verl 0.9.1 vectorized "
-              f"{1e3 * t['verl']:.2f} ms   toyrl / verl = {t['toyrl'] / t['verl']:.2f}")
+    print(f"verl race: {r.shape[0]} responses x {r.shape[1]} tokens, groups of 8, conversions included, "
+          f"torch threads {torch.get_num_threads()}")
+    for ids, index in (("uid str", uids), ("int ids", np.arange(r.shape[0]) // 8)):   # verl: a numpy array
+        for name, (ours, theirs) in pairs.items():
+            torch.testing.assert_close(ours(r, m, index)[0], theirs(r, m, index)[0], atol=1e-5, rtol=1e-5)
+            t = best_of({"toyrl": lambda: ours(r, m, index), "verl": lambda: theirs(r, m, index)}, a.reps, a.rounds)
+            print(f"  {name:<5}{ids:<8} toyrl.port.verl {1e3 * t['toyrl']:.2f} ms   verl 0.9.1 vectorized "
+                  f"{1e3 * t['verl']:.2f} ms   toyrl / verl = {t['toyrl'] / t['verl']:.2f}")
 
 
 def main(argv=None) -> list[dict]:
