@@ -39,10 +39,12 @@ else
   else
     if ! python3 -m venv "$VENV" >/dev/null 2>&1 || ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
       rm -rf "$VENV"                            # a half-made venv (no pip in it) would be picked up next time
-      echo "setup.sh: python3 -m venv is unavailable: install the python3-venv package (e.g. apt-get install python3-venv), or activate an environment of your own" >&2
+      echo "setup.sh: python3 -m venv is unavailable: install the python3-venv package" \
+        "(e.g. apt-get install python3-venv), or activate an environment of your own" >&2
       exit 1
     fi
-    echo "setup.sh: no virtual or conda environment active: created $VENV, installing and running there (source $VENV/bin/activate to use it yourself)"
+    echo "setup.sh: no virtual or conda environment active: created $VENV, installing and running there" \
+      "(source $VENV/bin/activate to use it yourself)"
   fi
   PY=$VENV/bin/python
 fi

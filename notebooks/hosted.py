@@ -52,7 +52,8 @@ def repo() -> str:
     """
     value = os.environ.get("TOYRL_REPO", REPO).strip()
     if value and (not _REPO_FORM.match(value) or is_placeholder(value.split("/")[0])):
-        raise ValueError(f"TOYRL_REPO / hosted.REPO must be a real GitHub owner/name such as 'ada/toyrl', got {value!r}")
+        raise ValueError(f"TOYRL_REPO / hosted.REPO must be a real GitHub owner/name such as 'ada/toyrl', "
+                         f"got {value!r}")
     return value
 
 

@@ -84,7 +84,7 @@ def test_no_env_active_creates_dot_venv_and_runs_the_demo_there(sandbox):
     assert r.stdout.splitlines()[0] == ("setup.sh: no virtual or conda environment active: created .venv, "
                                         "installing and running there (source .venv/bin/activate to use it yourself)")
     venv_py = ".venv/bin/python"
-    assert calls[0].endswith(f"python3 CI=unset -m venv .venv")
+    assert calls[0].endswith("python3 CI=unset -m venv .venv")
     assert any(c.startswith(venv_py) and c.endswith("-m pip install -q -e .[dev]") for c in calls)
     assert calls[-1] == f"{venv_py} CI=unset -m toyrl demo"
     assert all(c.startswith(venv_py) for c in calls[1:]), calls       # everything after the venv runs inside it
