@@ -91,8 +91,9 @@ case "$JOB" in
     if [ -z "${TOYRL_NO_SMOLLM2:-}" ]; then
       "$PY" -m toyrl models fetch smollm2 || echo "setup.sh: SmolLM2 not fetched; its end-to-end test will skip"
     fi
-    # every lesson at its defaults, as a student runs it; one pytest worker per core, and each file (a notebook's
-    # cells share one kernel) runs whole in one worker. Extra arguments go to pytest (e.g. tests/test_setup.py).
-    exec "$PY" -m pytest -n auto --dist loadfile "${@:2}"
+    # every lesson at its defaults, as a student runs it; one pytest worker per core, each with one torch thread
+    # (unless OMP_NUM_THREADS says otherwise: two workers of two threads each would fight over two cores), and each
+    # file (a notebook's cells share one kernel) runs whole in one worker. Extra arguments go to pytest.
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} exec "$PY" -m pytest -n auto --dist loadfile "${@:2}"
     ;;
 esac

@@ -17,6 +17,7 @@ STUB = r"""#!/bin/bash
 # a stand-in python: logs who was called, with what, and whether CI was set; -m venv DIR makes DIR/bin/python (this
 # stub again) unless STUB_NO_VENV is set (then it leaves a half-made DIR, as Debian's python3 without python3-venv)
 echo "$0 CI=${CI-unset} $*" >> "$STUB_LOG"
+echo "OMP_NUM_THREADS=${OMP_NUM_THREADS-unset}" >> "$STUB_LOG.omp"
 if [ "$1 $2" = "-m venv" ]; then
   mkdir -p "$3/bin"
   if [ -n "${STUB_NO_VENV:-}" ]; then echo "Error: ensurepip is not available" >&2; exit 1; fi
@@ -64,7 +65,7 @@ def sandbox(tmp_path):
     (stubs / "python3").chmod(0o755)
     log = tmp_path / "calls.log"
     env = {k: v for k, v in os.environ.items()
-           if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON", "CI", "PYTHONPATH")}
+           if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON", "CI", "PYTHONPATH", "OMP_NUM_THREADS")}
     env.update(PATH=f"{stubs}:/usr/bin:/bin", STUB_LOG=str(log))
 
     def run(*args, **extra):
@@ -94,6 +95,8 @@ def test_no_env_active_creates_dot_venv_and_runs_the_demo_there(sandbox):
     assert not any("-m venv" in c or "pip install -q -e" in c for c in calls)   # nothing new to install
     # the lessons run at their defaults: the test job sets no CI flag, and the suite runs in parallel by file
     assert calls[-1] == f"{venv_py} CI=unset -m pytest -n auto --dist loadfile"
+    omp = (work.parent / "calls.log.omp").read_text().splitlines()
+    assert omp[-1] == "OMP_NUM_THREADS=1"                               # one torch thread per worker
     r, calls = run("test", "tests/test_setup.py", CI="true")
     assert calls[-1] == f"{venv_py} CI=true -m pytest -n auto --dist loadfile tests/test_setup.py"
     r, calls = run("lab")
