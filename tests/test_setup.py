@@ -23,6 +23,7 @@ if [ "$1 $2" = "-m venv" ]; then
   if [ -n "${STUB_NO_VENV:-}" ]; then echo "Error: ensurepip is not available" >&2; exit 1; fi
   cp "$0" "$3/bin/python"
 fi
+case " $* " in *" -m pytest -n auto"*) exit "${STUB_PYTEST_RC:-0}" ;; esac
 exit 0
 """
 
@@ -59,6 +60,9 @@ def sandbox(tmp_path):
     work.mkdir()
     for name in ("setup.sh", "pyproject.toml"):
         (work / name).write_text((ROOT / name).read_text())
+    (work / "tests").mkdir()
+    for name in ("test_browser.py", "test_parallel.py"):                 # the tests that start servers
+        (work / "tests" / name).write_text("")
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "python3").write_text(STUB)
@@ -93,11 +97,16 @@ def test_no_env_active_creates_dot_venv_and_runs_the_demo_there(sandbox):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0].startswith("setup.sh: no virtual or conda environment active: using .venv")
     assert not any("-m venv" in c or "pip install -q -e" in c for c in calls)   # nothing new to install
-    # the lessons run at their defaults: the test job sets no CI flag, and the suite runs in parallel by file
-    assert calls[-1] == f"{venv_py} CI=unset -m pytest -n auto --dist loadfile"
+    # the lessons run at their defaults: the test job sets no CI flag; the suite runs in parallel by file, then the
+    # tests that start servers (JupyterLab + Chromium, Ray) one at a time
+    assert calls[-2:] == [f"{venv_py} CI=unset -m pytest -n auto --dist loadfile --ignore=tests/test_browser.py "
+                          "--ignore=tests/test_parallel.py",
+                          f"{venv_py} CI=unset -m pytest tests/test_browser.py tests/test_parallel.py"]
     omp = (work.parent / "calls.log.omp").read_text().splitlines()
-    assert omp[-1] == "OMP_NUM_THREADS=1"                               # one torch thread per worker
-    r, calls = run("test", "tests/test_setup.py", CI="true")
+    assert omp[-2:] == ["OMP_NUM_THREADS=1"] * 2                        # one torch thread per worker
+    r, calls = run("test", STUB_PYTEST_RC="1")                          # the parallel part fails: the rest still runs
+    assert r.returncode == 1 and calls[-1].endswith("-m pytest tests/test_browser.py tests/test_parallel.py")
+    r, calls = run("test", "tests/test_setup.py", CI="true")            # arguments: one run, as given
     assert calls[-1] == f"{venv_py} CI=true -m pytest -n auto --dist loadfile tests/test_setup.py"
     r, calls = run("lab")
     assert calls[-1] == f"{venv_py} CI=unset -m jupyterlab notebooks/00_start_here.ipynb"
