@@ -82,7 +82,8 @@ case "$JOB" in
     echo "next: bash setup.sh lab   (opens notebooks/00_start_here.ipynb in JupyterLab: the lessons, one mechanism each)"
     ;;
   lab)
-    exec "$PY" -m jupyterlab notebooks/00_start_here.ipynb
+    # as root (a container, a cloud machine) JupyterLab refuses to start unless told to allow it
+    exec "$PY" -m jupyterlab notebooks/00_start_here.ipynb $([ "$(id -u)" != 0 ] || echo --allow-root)
     ;;
   test)
     # lesson 9's live SmolLM2 cell and tests/test_smollm2_e2e.py train the real pretrained LLM: fetch it once (93 MB
