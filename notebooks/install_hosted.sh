@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install toyrl from a checkout, with the CPU build of torch 2.13.0, into the Python that runs a lesson on a hosted
-# Jupyter service. The one install command of the hosted notebooks: each lesson's first code cell runs it on Colab
-# (or wherever TOYRL_HOSTED=1), Binder runs it after its build (binder/postBuild), and tests/test_hosted.py runs it
-# in a fresh virtual environment.
+# Jupyter service. The one install command of the hosted notebooks: run it in a cell after uploading the checkout
+# (README, "Running the lessons"); once the repository's address is set (notebooks/hosted.py), each lesson's first
+# code cell runs it on Colab (or wherever TOYRL_HOSTED=1) and Binder after its build (binder/postBuild);
+# tests/test_hosted.py runs it in a fresh virtual environment.
 #
 #   bash notebooks/install_hosted.sh [CHECKOUT]     CHECKOUT: the toyrl folder (default: the one this script is in)
 #

@@ -1,7 +1,8 @@
 """The shape of the code a learner reads (issue 16, item 5), checked from the source with ``ast``.
 
-- no module in toyrl/ over 400 lines: files are split by concept, not by size (a 380-line file that is one
-  concept reads better whole than cut in two), and the cap only catches a file that holds several;
+- no module in toyrl/ over 350 lines: files are split by concept along their seams (a config's fields apart from
+  its checks, a trainer's loop apart from what feeds it), and the cap catches a file that holds several
+  (``LONG_MODULES``: the one known exception, being split);
 - no function or method in toyrl/ over 60 lines, its docstring excluded;
 - no import cycle among toyrl modules, imports inside functions included (the failure shows the cycle's path);
 - the layering: every import points down the list of rooms (``LAYERS``), imports inside functions included;
@@ -23,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "toyrl"
 TESTS = ROOT / "tests"
 
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 350
+LONG_MODULES = {"toyrl/lab/scorecard/__init__.py": 400}
+"""files allowed over MAX_MODULE_LINES for now, each with its own cap (remove an entry once the file is split)"""
 MAX_FUNCTION_LINES = 60
 
 
@@ -50,9 +53,10 @@ def long_modules(files, limit: int = MAX_MODULE_LINES) -> dict:
     return {p: n for p, n in counts.items() if n > limit}
 
 
-def test_no_module_over_400_lines():
-    over = long_modules(package_files())
+def test_no_module_over_350_lines():
+    over = {p: n for p, n in long_modules(package_files()).items() if n > LONG_MODULES.get(p, MAX_MODULE_LINES)}
     assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
+
 
 
 # ---- (b) function length ----------------------------------------------------------------------------

@@ -9,17 +9,17 @@ observation tokens, both of which score every turn under the whole history) an e
 
 tokens must fit; with ``last_k`` only the prompt and ``context_k + 1`` turns (the kept turns and the
 one being written). ``check_context`` refuses a run that cannot fit with one line naming ``need``,
-the limit and the largest ``context_k`` of ``last_k`` that fits; ``resolve_context`` fills in
-``TrainConfig.context=None`` with the policy's own context (a TinyLM checkpoint records the one it
-was trained with, ``TinyLM.trained_context``), else ``full``.
+the limit and the largest ``context_k`` of ``last_k`` that fits. ``resolve_context`` (``TrainConfig.context=None``:
+the policy's own context) lives with the other policy-dependent defaults in ``toyrl.train.defaults``; it is
+re-exported here.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 from ..rollout.engine import episode_token_bound
 from ..codecs.toy import ToyCodec
+from .defaults import resolve_context
 
 __all__ = ["position_limit", "resolve_context", "check_context"]
 
@@ -34,15 +34,6 @@ def position_limit(policy, codec) -> Optional[tuple]:
         return policy.position_limit()
     max_len = getattr(getattr(policy, "config", None), "max_len", None)
     return None if max_len is None else ("max_len", int(max_len))
-
-
-def resolve_context(cfg, policy):
-    """``cfg`` itself if it names a context; else a copy with the policy's own ``(context, context_k)``
-    (``policy.trained_context``, e.g. ("last_k", 1) of the shipped TinyLM checkpoint) or ``full``."""
-    if cfg.context is not None:
-        return cfg
-    own = getattr(policy, "trained_context", None)
-    return replace(cfg, context=own[0], context_k=int(own[1])) if own else replace(cfg, context="full")
 
 
 def check_context(policy, codec, core, cfg) -> None:

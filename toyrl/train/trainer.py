@@ -10,10 +10,12 @@ One step is three plain functions:
     prep = self.prepare(ro)      # critic, advantages, filters, behaviour / reference log-probs
     upd = self.update(ro, prep)  # ppo_epochs x minibatches of: recompute -> policy_loss -> AdamW
 
-then a row of diagnostics. Beside ``grad_norm`` each row logs ``update_norm``, the distance the weights moved
-(AdamW moves them on a zero gradient too: its momentum), and ``skipped_update``: ``skip_zero_adv`` takes no
-optimizer step when every loss-carrying advantage is exactly zero. After behaviour cloning, RL's AdamW is a
-fresh one or BC's own (``bc_optimizer``), its lr optionally warmed up (``lr_warmup``, ``warmup_lr``).
+then a row of diagnostics. This module is the loop; what feeds it (``provide``, ``advantages``, ``prepare``,
+behaviour cloning, evaluation) is ``toyrl.train.providers``, the base class of ``Trainer``. Beside ``grad_norm``
+each row logs ``update_norm``, the distance the weights moved (AdamW moves them on a zero gradient too: its
+momentum), and ``skipped_update``: ``skip_zero_adv`` takes no optimizer step when every loss-carrying advantage is
+exactly zero. After behaviour cloning, RL's AdamW is a fresh one or BC's own (``bc_optimizer``), its lr optionally
+warmed up (``lr_warmup``, ``warmup_lr``).
 
 The off-policy regime is explicit: ``staleness`` rolls out with the weights of k steps ago, ``ppo_epochs`` x
 ``minibatches`` updates reuse each batch, and every row logs ``policy_lag_mean`` / ``policy_lag_max``, the
@@ -33,57 +35,33 @@ import copy
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Optional
 
 import numpy as np
 import torch
 
 from .config import TrainConfig, engine_strength
-from ..credit import ESTIMATORS, warn_group_size, warn_zero_variance
+from ..credit import warn_group_size, warn_zero_variance
 from .credit_models import CreditModels
-from ..envs.experts import DEMO_CONFIGS, expert_memo, load_demos, noisy_expert
-from ..policies.scripted import ScriptedPolicy, replay_chooser
-from .bc import bc_loss
 from .warmstart import apply_warmstart, load_warmstart
 from ..diagnostics import pool_loss_stats, stability_report
 from ..envs import make_core
-from ..filters import FILTERS
-from ..objectives import CLIP_SCHEMES, loss_mask, policy_loss
+from ..objectives import policy_loss
 from .build import build_policy, policy_kwargs
-from .limits import check_context, resolve_context
+from .defaults import resolve_defaults
+from .limits import check_context
 from ..rollout.engine import Rollout, Sampling, recompute_logp, rollout
 from ..rollout.engines import make_engine, sync_engine
 from ..rollout.mismatch import mismatch_row
-from ..objectives.rollout_correction import correction_stats, rollout_correction
-from .optim import resolve_rates, update_norm, warmup_lr
+from .optim import update_norm, warmup_lr
+from .providers import Prepared, Providers
 from .runlog import RunLog
 from .trackers import open_tracker
 from ..codecs.toy import ThinkingIntervention
 from ..rollout.tree import tree_rollout
 
-__all__ = ["TrainConfig", "RunLog", "Trainer", "train", "check_context", "warmup_lr", "update_norm"]
-
-
-@dataclass
-class Prepared:
-    """What an update needs besides the rollout: advantages and the masks and log-probs it trains on."""
-
-    adv: torch.Tensor
-    """(B, T) token advantages"""
-    lmask: torch.Tensor
-    """(B, T) bool: tokens in the loss (env-token masking and filters applied)"""
-    keep: torch.Tensor
-    """(B,) bool: rows the filters kept"""
-    old_logp: torch.Tensor
-    """(B, T) behaviour log-probs (observation tokens scored once when they are trained on)"""
-    ref_logp: Optional[torch.Tensor]
-    logs: dict
-    """filter counts and critic statistics for the row"""
-    clip_inputs: dict = field(default_factory=dict)
-    """per-rollout keyword inputs of the clip scheme, e.g. a2tgpo's z (B, H); sliced with each minibatch"""
-    is_weights: Optional[torch.Tensor] = None
-    """(B, T) the rollout correction's per-token weights (1 off the policy tokens; None: no correction)"""
+__all__ = ["TrainConfig", "RunLog", "Trainer", "Prepared", "train", "check_context", "warmup_lr", "update_norm"]
 
 
 def _sampling(cfg: TrainConfig, generator) -> Sampling:
@@ -92,7 +70,7 @@ def _sampling(cfg: TrainConfig, generator) -> Sampling:
                     context_k=cfg.context_k, tti=tti, t2po_eta=cfg.t2po_eta, generator=generator)
 
 
-class Trainer:
+class Trainer(Providers):
     """Holds the env core, the policy, the optimizer and the RNGs of one run; ``step()`` does one update."""
 
     def __init__(self, cfg: TrainConfig, log_path: Optional[str] = None):
@@ -109,7 +87,7 @@ class Trainer:
         self.policy, self.codec = build_policy(cfg.policy, self.core, self.device, n_think=cfg.n_think,
                                                think_max=cfg.think_max, think_min=cfg.think_min,
                                                autocast=cfg.autocast, **policy_kwargs(cfg))
-        self.cfg = cfg = resolve_rates(resolve_context(cfg, self.policy))    # None: the policy's own context, rates
+        self.cfg = cfg = resolve_defaults(cfg, self.policy)      # None: the policy's own context and learning rates
         check_context(self.policy, self.codec, self.core, cfg)  # ValueError if an episode can outgrow its positions
         self.sampling = _sampling(cfg, self.gen)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -144,64 +122,6 @@ class Trainer:
         return rollout(policy or self.policy, self.core, tasks, group, codec=self.codec, sampling=s,
                        policy_version=version)
 
-    def provide(self, ro) -> dict:
-        """Every input the run's methods declare (``self.needs``, words of ``toyrl.credit.NEEDS``), fitted or
-        measured on this batch (``credit_models.CreditModels.provide``) -> {"estimator": keywords, "clip":
-        keywords, "logs": run-log figures}; batch fields (values, info_gain, privileged) set on ``ro.batch``."""
-        cfg, mine = self.cfg, ESTIMATORS[self.cfg.estimator].needs
-        got = self.models.provide(ro, self.needs, mine, policy=self.policy, codec=self.codec, values=self.use_critic,
-                                  z="info_gain" in CLIP_SCHEMES[cfg.clip].needs and "z" not in cfg.clip_kwargs)
-        if "greedy_baseline" in mine and "baseline_reward" not in cfg.estimator_kwargs:   # ReMax: one greedy episode
-            got["estimator"]["baseline_reward"] = self.sample(greedy=True, tasks=ro.tasks).batch.outcome()
-        return got
-
-    def advantages(self, ro, provided: Optional[dict] = None) -> torch.Tensor:
-        """Token-level advantages (B, T) from the configured estimator (turn values reach observation tokens too),
-        called with the keywords its declared needs were provided as (``provide(ro)["estimator"]``; None: provide
-        them now) and the config's ``estimator_kwargs`` (which win)."""
-        est = ESTIMATORS[self.cfg.estimator]
-        if provided is None:
-            provided = self.provide(ro)["estimator"] if est.needs else {}
-        adv = est(ro.batch, **{**provided, **self.cfg.estimator_kwargs})
-        return ro.batch.turn_to_token(adv) if est.level == "turn" else adv
-
-    # ---- behaviour cloning ---------------------------------------------------------------------
-    def behaviour_clone(self, steps: int) -> list[float]:
-        """``steps`` updates of NLL on expert turns: shipped demos when they fit this env's settings (and
-        ``bc_noise`` is 0), else the planner on freshly drawn tasks (a random action with probability ``bc_noise``) (writing ``expert_memo`` as reasoning with ``bc_reasoning``).
-        Returns the losses. With ``bc_optimizer="continue"`` RL goes on with this AdamW (``self.opt``: its moment
-        estimates and step count kept, its lr set to ``lr``)."""
-        cfg, losses = self.cfg, []
-        demos = None
-        if cfg.env in DEMO_CONFIGS and cfg.env_kwargs == DEMO_CONFIGS[cfg.env] and not cfg.bc_noise:   # demos' settings
-            try:
-                demos = load_demos(cfg.env)
-            except FileNotFoundError:
-                demos = None
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.bc_lr, weight_decay=0.0)
-        s = replace(self.sampling, temperature=1.0, tti=None, t2po_eta=0.0, generator=None)    # the expert's turns
-        memo = expert_memo if cfg.bc_reasoning else None                 # what the expert writes as reasoning
-        for _ in range(steps):
-            if demos:
-                pick = self.rng.choice(len(demos), self.B)
-                tasks = np.array([demos[i]["task"] for i in pick])
-                choose = replay_chooser([demos[i]["actions"] for i in pick])
-            else:
-                tasks, choose = self.core.sample_tasks(self.rng, self.B), noisy_expert(cfg.bc_noise, self.rng)
-            expert = ScriptedPolicy(self.core, self.codec, choose, self.device, reason=memo)
-            ro = rollout(expert, self.core, tasks, np.arange(self.B), codec=self.codec, sampling=s)
-            logp, _ = recompute_logp(self.policy, ro, "matched")
-            loss = bc_loss(logp, ro.batch.policy_mask)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        if cfg.bc_optimizer == "continue":
-            for g in opt.param_groups:
-                g["lr"] = cfg.lr
-            self.opt = opt
-        return losses
-
     # ---- one RL step: collect -> prepare -> update ---------------------------------------------
     def collect(self) -> Rollout:
         """Roll out P x G episodes with the rollout engine holding the behaviour weights (those of ``staleness``
@@ -223,42 +143,6 @@ class Trainer:
                 lp, _ = recompute_logp(self.behaviour, ro, "matched")
             b.old_logp = torch.where(b.policy_mask, lp, b.old_logp)
         return ro
-
-    def prepare(self, ro: Rollout) -> Prepared:
-        """What the methods need (``provide``), advantages, filters, and the behaviour / reference log-probs."""
-        cfg = self.cfg
-        got = self.provide(ro)
-        b = ro.batch
-        adv = self.advantages(ro, got["estimator"])
-        keep, logs = torch.ones(b.B, dtype=torch.bool, device=self.device), dict(got["logs"])
-        turn_keep = torch.ones_like(b.turn_mask)                 # (B, H) turn-level filters (t2po_resample)
-        for name in cfg.filters:
-            res = FILTERS[name](b, **cfg.filter_kwargs.get(name, {}))
-            if FILTERS[name].level == "turn":
-                turn_keep &= res.keep.to(self.device)
-            else:
-                keep &= res.keep.to(self.device)
-            logs.update({f"filter_{name}_{k}": v for k, v in res.counts.items()})
-        lmask = loss_mask(b.policy_mask, b.turn_id, cfg.mask_env_tokens) & keep[:, None]
-        if not bool(turn_keep.all()):
-            lmask &= b.turn_to_token(turn_keep.float(), fill=1.0) > 0.5
-        old_logp, ref_logp = b.old_logp, None
-        with torch.no_grad():
-            if not cfg.mask_env_tokens:                          # env tokens were never sampled: score them once
-                lp_env, _ = recompute_logp(self.behaviour, ro, "flat")
-                old_logp = torch.where(b.policy_mask, b.old_logp, lp_env)
-            if cfg.kl and cfg.kl_coef:
-                if self.ref is None:
-                    self.ref = copy.deepcopy(self.policy).eval()
-                ref_logp, _ = recompute_logp(self.ref, ro, "matched")
-        is_w = None
-        if cfg.correction != "none":                             # the engine / trainer gap, on the policy tokens
-            pm = b.policy_mask & lmask
-            w, keep_tok = rollout_correction(cfg.correction, b.old_logp, b.rollout_logp, pm, b.turn_id, H=b.H,
-                                             adv=adv, **cfg.correction_kwargs)
-            is_w, lmask = torch.where(pm, w, torch.ones_like(w)), lmask & (keep_tok | ~pm)
-            logs.update({f"correction_{k}": v for k, v in correction_stats(w, keep_tok, pm).items()})
-        return Prepared(adv, lmask, keep, old_logp, ref_logp, logs, got["clip"], is_w)
 
     def minibatch_loss(self, ro: Rollout, prep: Prepared, rows: Optional[torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Recompute log-probs of ``rows`` (None: all) and their policy loss (+ entropy bonus)."""
@@ -360,23 +244,6 @@ class Trainer:
             **mismatch_row(b.old_logp, b.rollout_logp, b.policy_mask, b.turn_id, H=b.H),   # engine_kl, ...
         })
         return row
-
-    # ---- evaluation on fresh episodes ------------------------------------------------------------
-    def evaluate(self) -> dict:
-        """``eval_episodes`` independent episodes on a fixed held-out task set (own core, RNG and torch
-        generator; plain sampling: no trees, filters, T2PO or thinking intervention)."""
-        cfg = self.cfg
-        if self.eval_set is None:
-            core = make_core(cfg.env, cfg.eval_episodes, seed=cfg.seed + 1_000_003, **self.env_kwargs)
-            tasks = core.sample_tasks(np.random.default_rng([cfg.seed, 7]), cfg.eval_episodes)
-            self.eval_set = (core, tasks, torch.Generator(device=self.device).manual_seed(cfg.seed + 7))
-        core, tasks, gen = self.eval_set
-        self.policy.eval()
-        s = replace(self.sampling, greedy=cfg.eval_greedy, tti=None, t2po_eta=0.0, generator=gen)
-        ro = rollout(self.policy, core, tasks, np.arange(len(tasks)), codec=self.codec, sampling=s)
-        return {"eval_success_rate": ro.success.float().mean().item(),
-                "eval_return": ro.batch.outcome().mean().item(),
-                "eval_turns": ro.batch.turn_mask.sum(1).float().mean().item()}
 
     def run(self) -> RunLog:
         cfg = self.cfg
