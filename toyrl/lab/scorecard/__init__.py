@@ -28,14 +28,16 @@ RAGEN-2's I(X;Z) is defined).
 
 Per run (``run_metrics``): collapse and freeze by the ledger's rule (``toyrl.collapse.classify`` with
 ``RULE`` on the mean and within-group std of the reward and the gradient norm; a record names its rule in
-``meta["collapse_rule"]``, and one that names none, like the shipped card, was computed with the earlier
-argmax-peak rule ``toyrl.lab.claims.spec.collapse_times`` and is re-summarized with it), time to collapse,
+``meta["collapse_rule"]``; one that names none is re-summarized with the earlier argmax-peak rule
+``toyrl.lab.claims.spec.collapse_times``, unless ``rejudge`` re-summarizes its stored runs by today's rule, as
+lesson 11 does with the shipped card), time to collapse, 5-step peak and final reward,
 final and AUC success, grad-norm spikes (steps above ``SPIKE`` x the run's median norm), format-valid
 rate, and RAGEN-2's reasoning diagnostics (``toyrl.lab.scorecard.mi``) on a held-out probe batch every
 ``diag_every`` steps. Per cell (``freeze_rate`` too where the rule has a freeze detector): means over
 seeds with 95% percentile-bootstrap intervals (``summary``: resampling seeds keeps a rate's interval
 inside [0, 1], which a t-interval over 3 seeds does not) and a regime label.
-Figures and the notebook helpers are in ``toyrl.lab.scorecard.plot``.
+Figures and the notebook helpers are in ``toyrl.lab.scorecard.plot``; the design (dials, regime, cells) in
+``design.py``, the pure summaries of stored runs in ``summary.py``.
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ Pure functions of stored series, so a stored ``runs.json`` can be re-summarized 
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence
 
 import numpy as np
