@@ -41,26 +41,47 @@ def check_template(answer):
                    "and within each task; MI = H(template) - H(template | task)")
 
 
-@exercise("09.warm_start")
-def check_warm_start(answer):
-    """answer: mean success_rate over the last 5 steps of grid4x4_bc_grpo minus that of grid4x4_scratch_grpo."""
+VALID_CUT = 0.9
+"""exercise 9.4: a step "keeps the format" when its format-valid rate is at least this"""
+
+
+def _number(answer) -> float:
+    v = float(answer)
+    if not np.isfinite(v):
+        raise ValueError("a finite number")
+    return v
+
+
+@exercise("09.nomask_void")
+def check_nomask_void(answer):
+    """answer: mean void_turn_rate over the last 5 steps of grid4x4_bc_grpo_nomask minus that of grid4x4_bc_grpo."""
     from ..viz.small_llm import load_small_llm
-    runs = load_small_llm(["grid4x4_bc_grpo", "grid4x4_scratch_grpo"])
-    tail = lambda rows: float(np.mean([r["success_rate"] for r in rows[-5:]]))   # noqa: E731
-    want = tail(runs["grid4x4_bc_grpo"]) - tail(runs["grid4x4_scratch_grpo"])
-    if abs(float(answer) - want) < 1e-6:
-        return True, f"{want:.3f}: without the warm start almost every reply is void, so every reward is 0"
-    return False, "average `success_rate` over rows[-5:] of each run (a list of dicts), then subtract"
+    runs = load_small_llm(["grid4x4_bc_grpo", "grid4x4_bc_grpo_nomask"])
+    tail = lambda rows: float(np.mean([r["void_turn_rate"] for r in rows[-5:]]))   # noqa: E731
+    want = tail(runs["grid4x4_bc_grpo_nomask"]) - tail(runs["grid4x4_bc_grpo"])
+    got = _number(answer)
+    if abs(got - want) < 1e-6:
+        return True, (f"{want:+.3f}: trained on the map it reads, the policy starts writing map-like text, and the "
+                      "parser finds no move in it")
+    if abs(got + want) < 1e-6:
+        return False, "the sign: unmasked minus masked"
+    return False, "average `void_turn_rate` over rows[-5:] of each run (a list of dicts), then subtract"
 
 
 @exercise("09.pair_valid")
 def check_pair_valid(answer):
-    """answer: (TinyLM's, SmolLM2's) lowest format_valid_rate over the RL rows of the stored pair runs."""
+    """answer: (TinyLM's, SmolLM2's) number of RL steps of the stored pair runs with format_valid_rate < VALID_CUT."""
     from ..viz.small_llm import load_pair
     pair = load_pair()
-    want = [min(r["format_valid_rate"] for r in pair[p]["rows"]) for p in ("tinylm", "smollm2")]
-    got = [float(a) for a in answer]
-    if len(got) == 2 and np.allclose(got, want, atol=1e-6):
-        return True, (f"TinyLM falls to {want[0]:.2f} of its turns valid, SmolLM2 never below {want[1]:.2f}: "
-                      "the warm start's format lasts only in the pretrained model")
-    return False, "take min over rows of r['format_valid_rate'] for pair['tinylm'] and pair['smollm2'], in that order"
+    want = [sum(r["format_valid_rate"] < VALID_CUT for r in pair[p]["rows"]) for p in ("tinylm", "smollm2")]
+    try:
+        got = [float(a) for a in answer]
+    except TypeError:
+        return False, "answer with a pair (TinyLM's count, SmolLM2's count)"
+    if got == want:
+        return True, (f"TinyLM: {want[0]} of {len(pair['tinylm']['rows'])} steps below {VALID_CUT}, SmolLM2: "
+                      f"{want[1]}: the warm start's format lasts only in the pretrained model")
+    if got == want[::-1]:
+        return False, "the order: TinyLM's count first, then SmolLM2's"
+    return False, (f"count the rows whose r['format_valid_rate'] < {VALID_CUT} in pair['tinylm']['rows'] and "
+                   "pair['smollm2']['rows']")

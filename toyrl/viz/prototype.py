@@ -304,20 +304,36 @@ def toy_verl_inputs(B: int = 4, L: int = 6, seed: int = 0) -> tuple[torch.Tensor
 
 
 def verl_advantage_panel(name: str = "loo_turn", gamma: float = 0.5, seed: int = 0):
-    """Notebook 10's widget: token advantages (B, L) of verl's GRPO beside ``verl_estimator(name)`` at ``gamma``
-    on ``toy_verl_inputs(seed=seed)``; one colour scale, the title naming the toy batch."""
-    import matplotlib.pyplot as plt
+    """Notebook 10's widget figure: token advantages (B, L) of verl's GRPO beside ``verl_estimator(name)`` at
+    ``gamma`` on ``toy_verl_inputs(seed=seed)``; one colour scale (one colour bar), integer token and row ticks,
+    the title naming the toy batch. Returns the figure."""
+    from matplotlib.ticker import MaxNLocator
+    from .style import figsize, subplots
     r, m, i = toy_verl_inputs(B=4, L=6, seed=seed)
     a_p, _ = verl_estimator(name)(r, m, i, config={"toyrl_kwargs": {"gamma": gamma}})
     a_g, _ = compute_grpo_outcome_advantage(r, m, i)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 2.8), layout="constrained")
+    fig, axes = subplots(1, 2, size=figsize(10, 4), sharey=True, layout="constrained")
     for ax, a, t in zip(axes, (a_g, a_p), ("GRPO (verl's function)", f"{name}, gamma={gamma:.2f}")):
-        im = ax.imshow(a.numpy(), cmap="RdBu", vmin=-1.5, vmax=1.5)
-        ax.set(title=t, xlabel="response token l (column 3: an observation token)", ylabel="row (2 per uid)")
+        im = ax.imshow(a.numpy(), cmap="RdBu", vmin=-1.5, vmax=1.5, aspect="auto")
+        ax.set(title=t, xlabel="response token l\n(token 3: observation)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("row (2 per uid)")
+    axes[1].set_ylabel("row")
+    axes[1].tick_params(labelleft=False)
     fig.colorbar(im, ax=axes, label="advantage")
-    fig.suptitle(f"toy verl batch: B=4 rows, L=6 response tokens, outcome on the last token, seed {seed}",
-                 fontsize=10)
+    fig.suptitle(f"toy verl batch: B=4 rows, L=6 response tokens,\noutcome on the last token, seed {seed}")
     return fig
+
+
+def show_verl_advantage_panel(name: str = "loo_turn", gamma: float = 0.5, seed: int = 0):
+    """``verl_advantage_panel`` displayed and closed: a widget callback (``interactive`` does not display a
+    returned figure, and a figure made after the first is not drawn by itself outside interactive mode)."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+    fig = verl_advantage_panel(name, gamma, seed)
+    display(fig)
+    plt.close(fig)
 
 
 # ---- notebook 10's sweep ------------------------------------------------------------------------

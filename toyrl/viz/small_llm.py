@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -60,10 +61,13 @@ SMALL_LLM_RUNS = {
 }
 
 
-def run_small_llm(name: str, seed: int = 0, out_dir=None, steps: Optional[int] = None) -> list[dict]:
+def run_small_llm(name: str, seed: int = 0, out_dir=None, steps: Optional[int] = None,
+                  progress: bool = True) -> list[dict]:
     """Train notebook 9's run ``name`` (``SMALL_LLM_RUNS``) and return its rows; each row also holds the
     text-level Echo Trap signals of its rollout (``text_template_H`` / ``text_template_MI`` of the
-    replies, ``repetition_rate``) and three sample replies. Written to ``out_dir/name__seedS.jsonl``."""
+    replies, ``repetition_rate``) and three sample replies. Written to ``out_dir/name__seedS.jsonl``.
+    ``progress``: a tqdm bar over the steps."""
+    from tqdm.auto import tqdm
     kw = dict(SMALL_LLM_RUNS[name])
     kw["steps"] = steps or kw["steps"]
     tr = Trainer(TrainConfig(context="last_k", context_k=1, lr=3e-4, seed=seed, progress=False, **kw))
@@ -74,7 +78,7 @@ def run_small_llm(name: str, seed: int = 0, out_dir=None, steps: Optional[int] =
         last["ro"] = sample(*a, **k)
         return last["ro"]
     tr.sample = keep
-    for _ in range(kw["steps"]):
+    for _ in tqdm(range(kw["steps"]), desc=f"{name}, seed {seed}", disable=not progress):
         row = tr.step()
         texts = turn_texts(last["ro"], tr.codec)
         flat = [t for ep in texts for t in ep]
@@ -139,6 +143,28 @@ PAIR_STEPS = 20
 """GRPO steps of a stored pair run"""
 
 
+@contextmanager
+def _quiet_transformers():
+    """transformers' own stderr output while a Hugging Face policy is loaded and first decodes: its "Loading
+    weights" progress bar and its once-only notice that SmolLM2's BPE tokenizer ignores
+    ``clean_up_tokenization_spaces`` (harmless: the cleanup is skipped, which is what a BPE tokenizer needs). Both
+    are switched off inside the block and restored after it; without transformers, nothing to do."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
 def warm_start(policy: str, seed: int = 0, bc_steps: Optional[int] = None, **fields) -> tuple:
     """A Trainer of ``PAIR[policy]`` (``fields`` override it, e.g. a smaller batch) and what its warm start did:
     {"valid_before", "valid_after": format-valid turn rate of one sampled batch before and after behaviour
@@ -146,9 +172,10 @@ def warm_start(policy: str, seed: int = 0, bc_steps: Optional[int] = None, **fie
     seconds per BC step}. ``bc_steps`` None: the pair's own."""
     kw = {**PAIR[policy], **fields, **({} if bc_steps is None else {"bc_steps": bc_steps})}
     bc_steps = kw["bc_steps"]
-    tr = Trainer(TrainConfig(**kw, seed=seed, steps=PAIR_STEPS, progress=False))
+    with _quiet_transformers():                     # the load and the first decode: transformers' stderr notices
+        tr = Trainer(TrainConfig(**kw, seed=seed, steps=PAIR_STEPS, progress=False))
+        ro = tr.sample()
     replies = lambda ro: [tr.codec.decode(t.gen) for t in ro.episodes[0].turns]     # noqa: E731 (the first episode)
-    ro = tr.sample()
     warm = {"valid_before": format_valid(ro), "replies_before": replies(ro)}
     t0 = time.perf_counter()
     warm["bc_losses"] = tr.behaviour_clone(bc_steps)

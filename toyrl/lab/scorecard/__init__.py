@@ -28,14 +28,16 @@ RAGEN-2's I(X;Z) is defined).
 
 Per run (``run_metrics``): collapse and freeze by the ledger's rule (``toyrl.collapse.classify`` with
 ``RULE`` on the mean and within-group std of the reward and the gradient norm; a record names its rule in
-``meta["collapse_rule"]``, and one that names none, like the shipped card, was computed with the earlier
-argmax-peak rule ``toyrl.lab.claims.spec.collapse_times`` and is re-summarized with it), time to collapse,
+``meta["collapse_rule"]``; one that names none is re-summarized with the earlier argmax-peak rule
+``toyrl.lab.claims.spec.collapse_times``, unless ``rejudge`` re-summarizes its stored runs by today's rule, as
+lesson 11 does with the shipped card), time to collapse, 5-step peak and final reward,
 final and AUC success, grad-norm spikes (steps above ``SPIKE`` x the run's median norm), format-valid
 rate, and RAGEN-2's reasoning diagnostics (``toyrl.lab.scorecard.mi``) on a held-out probe batch every
 ``diag_every`` steps. Per cell (``freeze_rate`` too where the rule has a freeze detector): means over
 seeds with 95% percentile-bootstrap intervals (``summary``: resampling seeds keeps a rate's interval
 inside [0, 1], which a t-interval over 3 seeds does not) and a regime label.
-Figures and the notebook helpers are in ``toyrl.lab.scorecard.plot``.
+Figures and the notebook helpers are in ``toyrl.lab.scorecard.plot``; the design (dials, regime, cells) in
+``design.py``, the pure summaries of stored runs in ``summary.py``.
 """
 from __future__ import annotations
 
@@ -43,76 +45,20 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
-from ...collapse import RULE, RULE_NAME, classify
-from ..claims.spec import auc, collapse_times, final
+from ...collapse import RULE_NAME
 from ..results import REPO, atomic_write
-from .mi import regime
+from .design import (BASE, DIAG_KEYS, DIALS, REGIME, SERIES_KEYS, SETTINGS, SPIKE, STEPS, cell_config, cell_name,
+                     design, select_cells)
+from .summary import (LEGACY_RULE, N_BOOT, _command, build_record, collapse_of, effects, paired_effect, run_metrics,
+                      summarize_cell, summary)
 
 __all__ = ["DIALS", "BASE", "REGIME", "SETTINGS", "STEPS", "SPIKE", "design", "cell_config", "cell_name", "run_one",
            "run_metrics", "collapse_of", "LEGACY_RULE", "select_cells", "summarize_cell", "effects", "run_scorecard",
-           "build_record", "rebuild", "summary", "paired_effect", "REPO"]
-
-
-DIALS = {
-    "estimator": ("grpo", "gigpo", "turn_gae"),
-    "clip": ("ppo", "clip_higher", "cispo", "sapo", "gspo", "turn_ppo"),
-    "agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
-    "filter": ("none", "zero_variance", "starpo_s", "void_turn"),
-}
-"""the four dials and their levels (the first level of each is the base cell)"""
-BASE = {dial: levels[0] for dial, levels in DIALS.items()}
-"""the base cell of the one-factor-at-a-time design"""
-
-REGIME = dict(n_think=4, think_max=3, constrain=True, staleness=2, ppo_epochs=2, lr=1e-2, grad_clip=0.0,
-              prompts_per_step=8, group_size=8)
-"""the off-policy long-turn regime every cell shares (see the module docstring)"""
-SETTINGS = {
-    "gridworld": dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 10}),
-    "bandit_chain": dict(env="bandit_chain", env_kwargs={"stages": 4, "max_turns": 10}),
-}
-"""env settings (bandit_chain's first prompt is the same for every task, so its I(X;Z) is undefined: n/a)"""
-STEPS = {"full": 50, "quick": 40}
-"""RL steps per run"""
-SPIKE = 10.0
-"""a grad-norm spike: a step whose pre-clip norm exceeds SPIKE x the run's median (non-zero) norm"""
-SERIES_KEYS = ("reward_mean", "reward_std", "success_rate", "grad_norm", "format_valid_rate", "clip_frac",
-               "ratio_max", "zero_var_frac", "kept_frac", "template_mi")
-"""run-log columns kept per run"""
-DIAG_KEYS = ("mi", "cond_entropy", "entropy", "mi_seq", "cond_entropy_seq", "retrieval_acc", "chance",
-             "mi_upper_bound", "valid_thinking_rate")
-"""RAGEN-2 diagnostics kept per probe"""
-
-
-def design(kind: str = "ofat", dials: Optional[dict] = None) -> list:
-    """The cells: "ofat" (base, then each other level of one dial with the rest at base) or "full".
-
-    Example: dials {"a": (1, 2), "b": (3, 4)} -> ofat [{a 1, b 3}, {a 2, b 3}, {a 1, b 4}]; full: 4 cells.
-    """
-    dials = dials or DIALS
-    if kind == "full":
-        import itertools
-        return [dict(zip(dials, combo)) for combo in itertools.product(*dials.values())]
-    if kind != "ofat":
-        raise ValueError(f"design must be ofat or full, got {kind!r}")
-    base = {d: levels[0] for d, levels in dials.items()}
-    return [dict(base)] + [{**base, d: lv} for d, levels in dials.items() for lv in levels[1:]]
-
-
-def cell_name(cell: dict) -> str:
-    """estimator/clip/agg/filter, e.g. "grpo/ppo/token-mean/none"."""
-    return "/".join(str(cell[d]) for d in DIALS)
-
-
-def cell_config(cell: dict, env: str = "gridworld", steps: int = 50) -> dict:
-    """The TrainConfig fields (a dict) of one cell in the shared regime."""
-    if env not in SETTINGS:
-        raise ValueError(f"unknown scorecard env {env!r}; valid: {', '.join(SETTINGS)}")
-    return {**SETTINGS[env], **REGIME, "estimator": cell["estimator"], "clip": cell["clip"], "agg": cell["agg"],
-            "filters": [] if cell["filter"] == "none" else [cell["filter"]], "steps": steps}
+           "build_record", "rebuild", "rejudge", "summary", "paired_effect", "REPO", "N_BOOT"]
 
 
 def _probe_set(tr, n_tasks: int, per_task: int, seed: int):
@@ -169,141 +115,6 @@ def run_one(job: tuple) -> dict:
             "time_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
-N_BOOT = 10_000
-"""bootstrap resamples of every interval"""
-
-
-def summary(x, *, seed: int = 0) -> dict:
-    """{"mean", "ci95", "sd", "n", "per_seed"} of per-seed values: the mean of the finite ones and its
-    95% percentile-bootstrap interval (seeds resampled with replacement, N_BOOT times, seeded).
-    NaN is kept in per_seed as None. Example: [0, 0, 1] -> mean 0.333, ci95 [0.0, 1.0]."""
-    x = np.asarray(x, dtype=float)
-    f = x[np.isfinite(x)]
-    r = lambda v: None if v is None or not np.isfinite(v) else round(float(v), 4)   # noqa: E731
-    if f.size == 0:
-        return {"mean": None, "ci95": [None, None], "sd": None, "n": 0, "per_seed": [None] * len(x)}
-    means = f[np.random.default_rng(seed).integers(0, f.size, size=(N_BOOT, f.size))].mean(1)   # (N_BOOT,)
-    return {"mean": r(f.mean()), "ci95": [r(np.quantile(means, 0.025)), r(np.quantile(means, 0.975))],
-            "sd": r(f.std(ddof=1)) if f.size > 1 else 0.0, "n": int(f.size), "per_seed": [r(v) for v in x]}
-
-
-def paired_effect(a, b, *, seed: int = 0) -> dict:
-    """``summary`` of a - b over the seeds (paired: entry s of both comes from seed s)."""
-    return summary(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), seed=seed)
-
-
-def _arr(x) -> np.ndarray:
-    return np.array([np.nan if v is None else v for v in x], dtype=float)
-
-
-LEGACY_RULE = "collapse-v1"
-"""the rule of a record whose meta names none: ``spec.collapse_times`` (argmax peak, no persistence or gradient)"""
-
-
-def _nan(x) -> float:
-    return float("nan") if x is None else float(x)
-
-
-def collapse_of(series: dict, rule: str = RULE_NAME) -> dict:
-    """{"collapsed", "t_collapse", "t_std_drop"} of one run's series by the named rule (NaN where none), plus
-    {"frozen", "t_freeze"} under ``RULE_NAME`` (``toyrl.collapse.classify`` with ``RULE``); ``LEGACY_RULE``
-    recomputes records stored before it. Example: a run whose mean falls from .8 to 0 at step 10 of 20 with
-    gradients -> collapsed 1.0 at step 12 (5-step means) under either rule."""
-    m, sd = _arr(series["reward_mean"]), _arr(series["reward_std"])
-    if rule == LEGACY_RULE:
-        ts, tc = collapse_times(m, sd)
-        return {"collapsed": float(np.isfinite(tc)), "t_collapse": tc, "t_std_drop": ts}
-    if rule != RULE_NAME:
-        raise ValueError(f"rule must be {RULE_NAME!r} or {LEGACY_RULE!r}, got {rule!r}")
-    c = classify(m, sd, _arr(series["grad_norm"]), **RULE)
-    return {"collapsed": float(c["collapsed"]), "t_collapse": _nan(c["t_collapse"]),
-            "t_std_drop": _nan(c["t_std_drop"]), "frozen": float(c["frozen"]), "t_freeze": _nan(c["t_freeze"])}
-
-
-def run_metrics(run: dict, rule: str = RULE_NAME) -> dict:
-    """Scalar metrics of one run (see the module docstring), collapse by ``rule`` (``collapse_of``); NaN where a
-    quantity does not exist."""
-    s, d = run["series"], run.get("diag", {})
-    g = _arr(s["grad_norm"])
-    pos = g[np.isfinite(g) & (g > 0)]
-    med = float(np.median(pos)) if pos.size else float("nan")
-    last = lambda k: _arr(d.get(k, [None]))[-1] if d.get(k) else float("nan")   # noqa: E731
-    return {**collapse_of(s, rule),
-            "final_success": final(_arr(s["success_rate"])), "auc_success": auc(_arr(s["success_rate"])),
-            "spike_rate": float((pos > SPIKE * med).mean()) if pos.size else 0.0,
-            "log10_max_grad": float(np.log10(pos.max())) if pos.size else float("nan"),
-            "format_valid": final(_arr(s["format_valid_rate"])),
-            "mi": last("mi"), "mi_seq": last("mi_seq"), "cond_entropy": last("cond_entropy"),
-            "retrieval_acc": last("retrieval_acc"), "mi_upper_bound": last("mi_upper_bound")}
-
-
-METRICS = ("collapsed", "t_collapse", "final_success", "auc_success", "spike_rate", "log10_max_grad", "format_valid",
-           "mi", "mi_seq", "cond_entropy", "retrieval_acc")
-"""per-run metrics summarized per cell (``collapsed`` becomes the cell's ``collapse_rate``)"""
-
-
-def summarize_cell(cell: dict, seeds: Sequence[int], metrics: list, n_think: int) -> dict:
-    """A cell's record: its dials, seeds, each metric's mean and 95% interval over seeds, and its regime
-    (plus ``freeze_rate`` where the runs were classified by a rule with a freeze detector)."""
-    out = {**cell, "name": cell_name(cell), "seeds": list(seeds)}
-    for k in METRICS + (("frozen",) if metrics and "frozen" in metrics[0] else ()):
-        key = {"collapsed": "collapse_rate", "frozen": "freeze_rate"}.get(k, k)
-        out[key] = summary([m[k] for m in metrics])
-    ubs = [m["mi_upper_bound"] for m in metrics if np.isfinite(m["mi_upper_bound"])]
-    ub = float(np.mean(ubs)) if ubs else float("nan")
-    out["regime"] = regime(out["cond_entropy"]["mean"] if out["cond_entropy"]["mean"] is not None else float("nan"),
-                           out["mi_seq"]["mean"] if out["mi_seq"]["mean"] is not None else float("nan"),
-                           h_ref=math.log(n_think), mi_ref=float(ub))
-    return out
-
-
-def effects(cells: list, per_run: dict, keys=("final_success", "collapsed", "auc_success", "cond_entropy")) -> list:
-    """Marginal effect of each level that differs from the base cell (``cells[0]``) in one dial:
-    metric(level) - metric(base), paired by seed, with its 95% interval."""
-    base, out = cells[0], []
-    for cell in cells[1:]:
-        diff = [d for d in DIALS if cell[d] != base[d]]
-        if len(diff) != 1:
-            continue
-        for k in keys:
-            a = [m[k] for m in per_run[cell_name(cell)]]
-            b = [m[k] for m in per_run[cell_name(base)]]
-            out.append({"dial": diff[0], "level": cell[diff[0]], "metric": k, "effect": paired_effect(a, b)})
-    return out
-
-
-def _command(seeds: int, quick: bool, env: str, cells: Optional[int], steps: Optional[int], workers: int) -> str:
-    return ("toyrl scorecard" + (" --quick" if quick else "") + f" --seeds {seeds} --env {env}"
-            + (f" --cells {cells}" if isinstance(cells, int) else "") + (f" --steps {steps}" if steps else "") + f" --workers {workers}")
-
-
-def build_record(runs: dict, meta: dict) -> dict:
-    """The scorecard record from every run (cell name -> [{"seed", "series", "diag", "time_s"}]) and
-    ``meta`` (env, steps, quick, diag_every, command, workers, backend, run_time_s): per-cell
-    summaries and marginal effects. Pure, so a stored runs.json can be re-summarized (``rebuild``): with the
-    collapse rule ``meta["collapse_rule"]`` names (``LEGACY_RULE`` where it names none)."""
-    by_name = {cell_name(c): c for c in design("full")}
-    grid = [by_name[name] for name in runs]
-    rule = meta.get("collapse_rule", LEGACY_RULE)
-    per_run = {name: [run_metrics(r, rule) for r in rs] for name, rs in runs.items()}
-    seed_list = [r["seed"] for r in next(iter(runs.values()))]
-    env = meta["env"]
-    return {
-        "title": f"Stability scorecard: {env}, off-policy long-turn regime",
-        "setting": {**SETTINGS[env], "regime": REGIME, "steps": meta["steps"], "quick": meta["quick"],
-                    "design": "ofat", "base": BASE, "dials": DIALS, "spike_factor": SPIKE,
-                    "diag_every": meta["diag_every"], "collapse_rule": rule,
-                    "probe": "8 held-out tasks x 8 samples; first-turn (prompt, reasoning) pairs",
-                    "regime_cutoffs": "H(Z|X) per token high if >= 0.5 log(n_think); I(X;Z) per sequence high "
-                                      "if >= 0.1 log N (N prompts); RAGEN-2 defines no cut-offs",
-                    "intervals": f"95% percentile bootstrap over seeds ({N_BOOT} resamples, seed 0)"},
-        "command": meta["command"], "seeds": seed_list, "workers": meta["workers"], "backend": meta["backend"],
-        "run_time_s": meta["run_time_s"],
-        "cpu_time_s": (round(sum(r["cpu_s"] for rs in runs.values() for r in rs), 1)
-                       if all("cpu_s" in r for rs in runs.values() for r in rs) else None),
-        "cells": [summarize_cell(c, seed_list, per_run[cell_name(c)], REGIME["n_think"]) for c in grid],
-        "effects": effects(grid, per_run)}
-
 
 def _write(out_dir, record: dict, runs: Optional[dict], figure: bool) -> None:
     """runs.json, scorecard.png, then scorecard.json, each written whole (``atomic_write``)."""
@@ -320,26 +131,26 @@ def _write(out_dir, record: dict, runs: Optional[dict], figure: bool) -> None:
     atomic_write(out / "scorecard.json", (json.dumps(record, indent=1) + "\n").encode())
 
 
-def rebuild(out_dir, figure: bool = True) -> dict:
-    """Re-summarize ``out_dir/runs.json`` into scorecard.json and scorecard.png (no runs)."""
+def rejudge(out_dir, rule: Optional[str] = RULE_NAME) -> tuple[dict, dict]:
+    """(record, runs) of ``out_dir/runs.json`` summarized now, by today's code and collapse ``rule`` (None: the
+    rule the stored meta names, ``LEGACY_RULE`` where it names none), whatever its stored scorecard.json says.
+    What a lesson shows from a stored card: a summary judged by the current rule, never a stale one.
+
+    Example: rejudge(REPO / "data" / "scorecard")[0]["setting"]["collapse_rule"] -> "collapse-v2".
+    """
     stored = json.loads((Path(out_dir) / "runs.json").read_text())
-    record = {**build_record(stored["cells"], stored["meta"]), "meta": stored["meta"]}
+    meta = stored["meta"] if rule is None else {**stored["meta"], "collapse_rule": rule}
+    return {**build_record(stored["cells"], meta), "meta": meta}, stored["cells"]
+
+
+def rebuild(out_dir, figure: bool = True, rule: Optional[str] = None) -> dict:
+    """Re-summarize ``out_dir/runs.json`` into scorecard.json and scorecard.png (no runs), by ``rule``
+    (``rejudge``; None: the rule runs.json's meta names). The shipped card:
+    ``rebuild(REPO / "data" / "scorecard", rule="collapse-v2")``."""
+    record, _ = rejudge(out_dir, rule)
     _write(out_dir, record, None, figure)
     return record
 
-
-def select_cells(cells=None) -> list:
-    """The design's cells: all (None), the first ``cells`` (an int), or those named (a list of names)."""
-    grid = design()
-    if cells is None:
-        return grid
-    if isinstance(cells, int):
-        return grid[:cells]
-    by_name = {cell_name(c): c for c in design("full")}
-    unknown = [n for n in cells if n not in by_name]
-    if unknown:
-        raise ValueError(f"unknown cell {unknown[0]!r}; a cell is estimator/clip/agg/filter, e.g. {cell_name(BASE)}")
-    return [by_name[n] for n in cells]
 
 
 def run_scorecard(*, seeds=10, quick: bool = False, env: str = "gridworld", out_dir=None, workers: int = 1,
@@ -378,3 +189,4 @@ def run_scorecard(*, seeds=10, quick: bool = False, env: str = "gridworld", out_
         _write(out_dir, record, runs, figure)
         cache.prune()
     return record
+

@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-__all__ = ["cross_score_mi", "regime", "REGIMES", "first_turn_pairs", "cross_scores", "reasoning_diagnostics"]
+__all__ = ["cross_score_mi", "regime", "entropy_ref", "REGIMES", "first_turn_pairs", "cross_scores", "reasoning_diagnostics"]
 
 REGIMES = ("diverse", "template collapse", "compressed", "low-entropy collapse")
 """the four reasoning regimes, in the order (high H, high I), (high H, low I), (low H, high I), (low H, low I)"""
@@ -64,6 +64,19 @@ def cross_score_mi(scores: torch.Tensor, column: torch.Tensor, lengths: torch.Te
     return out
 
 
+def entropy_ref(n_think: int) -> float:
+    """The largest per-token H(Z|X) of the toy's reasoning: log(n_think + 1), every reasoning position sampled
+    uniformly over its ``n_think`` reasoning tokens and END (the turn grammar's sampling set there). The one
+    entropy scale of the scorecard: its regime rule (``regime(..., h_ref=entropy_ref(n))``) and its heatmap's
+    H(Z|X) column (H over this) both read it.
+
+    Example: entropy_ref(4) -> log 5 = 1.609; regime cut-off at half of it: 0.805 nats per token.
+    """
+    if int(n_think) != n_think or n_think < 1:
+        raise ValueError(f"n_think must be an integer >= 1 (reasoning tokens), got {n_think!r}")
+    return math.log(n_think + 1)
+
+
 def regime(cond_entropy: float, mi: float, *, h_ref: float, mi_ref: float, frac: float = 0.5,
            mi_frac: float = 0.1) -> str:
     """The RAGEN-2 regime of a point (per-token H(Z|X), per-sequence I(X;Z)); "n/a" if either is NaN.
@@ -72,7 +85,8 @@ def regime(cond_entropy: float, mi: float, *, h_ref: float, mi_ref: float, frac:
     the reasoning alphabet, the entropy of uniform reasoning), I(X;Z) is high when >= ``mi_frac`` x
     ``mi_ref`` (e.g. log N, its upper bound).
 
-    Example: regime(1.2, 0.01, h_ref=log 4, mi_ref=log 8) -> "template collapse" (1.2 >= 0.69, 0.01 < 0.21).
+    Example: regime(1.2, 0.01, h_ref=log 5, mi_ref=log 8) -> "template collapse" (1.2 >= 0.80, 0.01 < 0.21);
+    regime(0.72, 0.07, h_ref=log 5, mi_ref=log 8) -> "low-entropy collapse" (0.72 < 0.80, 0.07 < 0.21).
     """
     if not (np.isfinite(cond_entropy) and np.isfinite(mi)):
         return "n/a"

@@ -1,15 +1,17 @@
 """Figures and tables of the stability scorecard (``toyrl.lab.scorecard``): pure functions of its records.
 
-    card = load_scorecard("data/scorecard")                 # (record, runs)
-    heatmap_data(card[0])                                   # (cell names, metric names, (C, M) means)
-    marginal_effects(card[0], "final_success")              # [(dial, level, mean, lo, hi)]
-    plot_cell(card[0], card[1], "grpo/sapo/token-mean/none")  # the cell's runs, one line per seed
+    record, runs = rejudge(REPO / "data" / "scorecard")    # a stored card, summarized by today's rule
+    heatmap_data(record)                                    # (cell names, metric names, (C, M) means)
+    marginal_effects(record, "final_success")               # [(dial, level, mean, lo, hi)]
+    plot_cell(record, runs, "grpo/sapo/token-mean/none")    # the cell's runs, one line per seed
+    show_cell(record, runs, "grpo/sapo/token-mean/none")    # the same, displayed (a widget callback)
 
-``write_figure`` draws the scorecard figure: a cells x metrics heatmap (each metric's mean over
-seeds) beside the marginal effect of every level on final success, paired with the base cell, with its
-95% interval. The heatmap colours each metric by which way is good (``DIRECTIONS``): green is good and
-red is bad on both the high-is-good columns (``RdYlGn``) and the high-is-bad ones (``RdYlGn_r``), and a
-metric with no better direction is purple; one colour bar per direction says which way it reads.
+``write_figure`` draws the scorecard figure: a cells x metrics heatmap (each metric's mean over seeds; a row
+per cell, named by the one dial it changes from the base) beside the marginal effect of that cell's level on
+final success, paired with the base cell, with its 95% interval, on the same rows. One colour scale reads every
+directed column: a metric is coloured by how good it is (``goodness``: the value where higher is better, one
+minus it where higher is worse), red worse and green better; the reasoning-entropy column, which has no better
+direction, is purple. The cells print the metric's own value.
 """
 from __future__ import annotations
 
@@ -20,21 +22,23 @@ import numpy as np
 
 from ...viz.style import styled
 
-__all__ = ["HEATMAP_METRICS", "DIRECTIONS", "DIRECTION_CMAPS", "metric_direction", "load_scorecard", "heatmap_data", "marginal_effects", "cell_series", "plot_cell",
-           "write_figure", "cell_names", "effect_sign"]
+__all__ = ["HEATMAP_METRICS", "DIRECTIONS", "DIRECTION_CMAPS", "metric_direction", "goodness", "load_scorecard",
+           "heatmap_data", "marginal_effects", "cell_series", "plot_cell", "show_cell", "write_figure", "cell_names",
+           "row_label", "effect_sign"]
 
-HEATMAP_METRICS = ("collapse_rate", "final_success", "auc_success", "spike_rate", "format_valid", "reasoning_entropy",
-                   "retrieval_acc")
+HEATMAP_METRICS = ("collapse_rate", "final_success", "auc_success", "reasoning_entropy", "retrieval_acc")
 """the heatmap's columns: metrics in [0, 1], so one colour scale reads them all (``reasoning_entropy`` is
-H(Z|X) per token over its largest value, log(n_think + 1): the reasoning tokens and END)"""
-LABELS = {"reasoning_entropy": "H(Z|X) / log(n_think+1)"}
+H(Z|X) per token over its largest value, ``mi.entropy_ref``: log(n_think + 1), the reasoning tokens and END).
+The format-valid rate (1 by construction under constrained sampling) and the grad-norm spike rate (about 0
+in every cell of this regime) are left out: a constant column says nothing; the lesson prints both."""
+LABELS = {"collapse_rate": "collapse\nrate", "final_success": "final\nsuccess", "auc_success": "AUC\nsuccess",
+          "retrieval_acc": "retrieval\naccuracy"}
 DIRECTIONS = {"collapse_rate": -1, "final_success": 1, "auc_success": 1, "spike_rate": -1, "format_valid": 1,
               "reasoning_entropy": 0, "retrieval_acc": 1}
 """metric -> +1 high is good, -1 high is bad, 0 no better direction (RAGEN-2: low H(Z|X) is a low-entropy
 collapse, high H(Z|X) with low I(X;Z) a template collapse)"""
-DIRECTION_CMAPS = {1: ("RdYlGn", "higher is better"), -1: ("RdYlGn_r", "higher is worse"),
-                   0: ("Purples", "no better direction")}
-"""direction -> (matplotlib colour map, colour-bar label): green good, red bad whichever way a metric reads"""
+DIRECTION_CMAPS = {1: ("RdYlGn", "better"), -1: ("RdYlGn", "better"), 0: ("Purples", "no better direction")}
+"""direction -> (matplotlib colour map of ``goodness``, what a high colour means): green good, red bad"""
 
 
 def metric_direction(metric: str) -> int:
@@ -45,8 +49,18 @@ def metric_direction(metric: str) -> int:
     return DIRECTIONS.get(metric, 0)
 
 
+def goodness(value, metric: str):
+    """The colour value of a metric in [0, 1]: ``value`` where higher is better or there is no direction,
+    ``1 - value`` where higher is worse, so one red-to-green scale reads every directed column.
+
+    Example: goodness(0.2, "collapse_rate") -> 0.8; goodness(0.2, "final_success") -> 0.2.
+    """
+    return 1.0 - np.asarray(value, float) if metric_direction(metric) == -1 else np.asarray(value, float)
+
+
 def load_scorecard(path) -> tuple[dict, dict]:
-    """(scorecard record, runs) from a directory holding scorecard.json and runs.json."""
+    """(scorecard record as stored, runs) from a directory holding scorecard.json and runs.json. A lesson reads
+    ``toyrl.lab.scorecard.rejudge`` instead: the same runs summarized by today's code and collapse rule."""
     path = Path(path)
     record = json.loads((path / "scorecard.json").read_text())
     runs_path = path / "runs.json"
@@ -59,9 +73,20 @@ def cell_names(record: dict) -> list:
     return [c["name"] for c in record["cells"]]
 
 
+def row_label(cell: dict, base: dict) -> str:
+    """A cell's short name: "base" for the base cell, else the one dial it changes and its level.
+
+    Example: row_label(sapo_cell, base_cell) -> "clip: sapo"; row_label(base_cell, base_cell) -> "base".
+    """
+    from .design import DIALS
+    diff = [d for d in DIALS if cell[d] != base[d]]
+    return "base" if not diff else ", ".join(f"{d}: {cell[d]}" for d in diff)
+
+
 def _mean(cell: dict, key: str, n_think: int = 4) -> float:
     if key == "reasoning_entropy":
-        return _mean(cell, "cond_entropy") / np.log(n_think + 1)
+        from .mi import entropy_ref
+        return _mean(cell, "cond_entropy") / entropy_ref(n_think)
     v = cell.get(key, {}).get("mean")
     return float("nan") if v is None else float(v)
 
@@ -101,118 +126,134 @@ def cell_series(runs: dict, name: str, key: str = "success_rate") -> np.ndarray:
     return np.array(rows, dtype=float)
 
 
+def _setting_line(record: dict) -> str:
+    st, rg = record["setting"], record["setting"]["regime"]
+    size = st.get("env_kwargs", {}).get("size")
+    return (f"{st['env']}{f' {size}x{size}' if size else ''}, {st['steps']} steps, staleness {rg['staleness']}, "
+            f"{rg['ppo_epochs']} epochs, lr {rg['lr']:g}")
+
+
+@styled
 def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
-    """Three panels for one cell: ``key`` per seed (collapses marked at the steps the record holds, by the rule
-    it names), within-group reward std, and RAGEN-2's I(X;Z) / H(Z|X) on the probe batch, under a title naming
-    the cell and its setting. Returns the figure."""
-    import matplotlib.pyplot as plt
+    """Three panels for one cell: ``key`` per seed (each seed's collapse, by the rule the record names, dashed),
+    within-group reward std, and RAGEN-2's I(X;Z) / H(Z|X) on the probe batch with the regime rule's two
+    cut-offs, under a title naming the cell and its setting. Returns the figure."""
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
     from ...viz.plots import label
+    from ...viz.style import figsize, subplots
+    from .mi import entropy_ref
+    if name not in runs:
+        raise ValueError(f"name must be a cell of the scorecard ({', '.join(runs)}), got {name!r}")
     cell = next(c for c in record["cells"] if c["name"] == name)
     marks = cell["t_collapse"]["per_seed"]               # the record's own collapse steps, by the rule it names
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
-    for r, tc in zip(runs[name], marks):
-        s = r["series"]
-        y = np.array([np.nan if v is None else v for v in s[key]], float)
-        line, = axes[0].plot(y, lw=1, alpha=0.8)
+    fig, axes = subplots(1, 3, size=figsize(10, 4.6), layout="constrained")
+    for i, (r, tc) in enumerate(zip(runs[name], marks)):
+        s, color = r["series"], f"C{i % 10}"
+        axes[0].plot(np.array([np.nan if v is None else v for v in s[key]], float), lw=1, alpha=0.8, color=color)
         if tc is not None:
-            axes[0].axvline(tc, color=line.get_color(), ls="--", lw=0.8)
-        axes[1].plot(np.array(s["reward_std"], float), lw=1, alpha=0.8)
+            axes[0].axvline(tc, color=color, ls="--", lw=1.2)
+        axes[1].plot(np.array([np.nan if v is None else v for v in s["reward_std"]], float), lw=1, alpha=0.8,
+                     color=color)
         d = r.get("diag", {})
         if d.get("step"):
             axes[2].plot(d["step"], [np.nan if v is None else v for v in d["mi_seq"]], "o-", color="C0", alpha=0.5)
             axes[2].plot(d["step"], [np.nan if v is None else v for v in d["cond_entropy"]], "s--", color="C3",
                          alpha=0.5)
+    n_think, n_prompts = record["setting"]["regime"]["n_think"], 8
+    h_cut, i_cut = 0.5 * entropy_ref(n_think), 0.1 * np.log(n_prompts)
+    axes[2].axhline(h_cut, color="C3", lw=1, ls=":")
+    axes[2].axhline(i_cut, color="C0", lw=1, ls=":")
+    axes[0].set(title=label(key), xlabel="RL step", ylabel=label(key))
+    axes[1].set(title="within-group reward std", xlabel="RL step", ylabel="reward std")
+    axes[2].set(title="RAGEN-2 probe", xlabel="RL step", ylabel="nats")
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[2].legend([Line2D([], [], marker="o", color="C0"), Line2D([], [], marker="s", ls="--", color="C3"),
+                    Line2D([], [], ls=":", color="C0"), Line2D([], [], ls=":", color="C3")],
+                   ["I(X;Z) per sequence", "H(Z|X) per token", f"I cut-off {i_cut:.2f}", f"H cut-off {h_cut:.2f}"],
+                   loc="upper left", bbox_to_anchor=(1.02, 1))
     cr = cell["collapse_rate"]
-    axes[0].set(title=f"{label(key)} per seed (dashed: collapse)\ncollapse rate {cr['mean']:.2f} "
-                f"[{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]", xlabel="RL step", ylabel=label(key))
-    axes[1].set(title="within-group reward std", xlabel="RL step", ylabel="reward std within a group")
-    axes[2].set(title=f"RAGEN-2 probe\nregime: {cell['regime']}", xlabel="RL step", ylabel="nats")
-    axes[2].legend([Line2D([], [], marker="o", color="C0"), Line2D([], [], marker="s", ls="--", color="C3")],
-                   ["I(X;Z) per sequence", "H(Z|X) per token"], fontsize=8)
-    st, rg = record["setting"], record["setting"]["regime"]
-    size = st.get("env_kwargs", {}).get("size")
-    fig.suptitle(f"{name}: {st['env']}{f' {size}x{size}' if size else ''}, {st['steps']} steps, "
-                 f"{len(runs[name])} seeds (one line each), staleness {rg['staleness']}, {rg['ppo_epochs']} epochs, "
-                 f"lr {rg['lr']:g}", fontsize=10)
+    fig.suptitle(f"{name}: {len(runs[name])} seeds (one colour each; dashed: its collapse)\n{_setting_line(record)}"
+                 f"\ncollapse rate {cr['mean']:.2f} [{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}], regime: "
+                 f"{cell['regime']}")
     return fig
 
 
-def _direction_heatmap(ax, values: np.ndarray, metrics: list) -> dict:
-    """Draw (C, M) ``values`` in [0, 1], each column in its direction's colour map (one image per direction,
-    in the order the directions first appear); returns {direction: image}. Cell text white on dark colours."""
+def show_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
+    """``plot_cell`` displayed and closed: a widget callback (``interactive`` does not display a returned
+    figure, and a figure made after the first one is not drawn by itself outside interactive mode)."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+    fig = plot_cell(record, runs, name, key)
+    display(fig)
+    plt.close(fig)
+
+
+def _heatmap(ax, values: np.ndarray, metrics: list) -> dict:
+    """Draw (C, M) ``values`` in [0, 1]: directed columns by ``goodness`` on one red-to-green scale, undirected
+    ones in purple; returns {direction: image}. The cell text is the raw value, white on dark colours."""
     from ...viz.style import font_size
-    images = {}
     dirs = np.array([metric_direction(m) for m in metrics])
-    for d in dict.fromkeys(dirs.tolist()):
-        keep = np.broadcast_to(dirs == d, values.shape)
-        images[d] = ax.imshow(np.ma.masked_array(values, ~keep | ~np.isfinite(values)), cmap=DIRECTION_CMAPS[d][0],
-                              vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    shade = np.stack([goodness(values[:, j], m) for j, m in enumerate(metrics)], 1)     # (C, M)
+    images = {}
+    for d, cmap in ((1, "RdYlGn"), (0, "Purples")):
+        keep = np.broadcast_to((dirs != 0) if d == 1 else (dirs == 0), values.shape)
+        if keep.any():
+            images[d] = ax.imshow(np.ma.masked_array(shade, ~keep | ~np.isfinite(shade)), cmap=cmap, vmin=0,
+                                  vmax=1, aspect="auto", interpolation="nearest")
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
             if np.isfinite(values[i, j]):
-                r, g, b, _ = images[dirs[j]].cmap(values[i, j])
+                r, g, b, _ = images[1 if dirs[j] else 0].cmap(shade[i, j])
                 ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=font_size("note"),
                         color="white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black")
     return images
 
 
-def _metric_label(metric: str) -> str:
-    """A heatmap column's label: the metric and which way is better. Example: "collapse rate (lower better)"."""
-    word = {1: " (higher better)", -1: " (lower better)", 0: " (no direction)"}[metric_direction(metric)]
-    return LABELS.get(metric, metric.replace("_", " ")) + word
-
-
 @styled
 def write_figure(record: dict, path=None, metric: str = "final_success"):
-    """The scorecard figure (heatmap of cells x metrics coloured by each metric's direction, with a colour bar
-    per direction; marginal effects per dial); saved to ``path`` if given. Returns the figure."""
+    """The scorecard figure: the heatmap of cells x metrics (``_heatmap``, one colour bar: red worse, green
+    better) and, on the same rows, each cell's paired effect on ``metric`` against the base cell with its 95%
+    interval; saved to ``path`` if given. Returns the figure."""
     import matplotlib
     if path is not None:
         matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
-    from ...viz.style import figsize, font_size, subplots
+    from ...viz.style import figsize, subplots
     names, metrics, values = heatmap_data(record)
-    fig, (ax, bx) = subplots(1, 2, size=figsize(15, max(5.4, 0.42 * len(names) + 3.6)),
-                             gridspec_kw={"width_ratios": [1.25, 1]}, layout="constrained")
-    images = _direction_heatmap(ax, values, metrics)
-    ax.set_xticks(range(len(metrics)), [_metric_label(m) for m in metrics], rotation=90)
-    ax.set_yticks(range(len(names)), [f"{n}  [{c['regime']}]" for n, c in zip(names, record["cells"])],
-                  fontsize=font_size("note"))
-    ax.set(xlabel="metric (mean over seeds)", ylabel="cell: estimator/clip/agg/filter\n[RAGEN-2 regime]")
-    for d, im in images.items():
-        cbar = fig.colorbar(im, ax=ax, fraction=0.035, pad=0.015)
-        cbar.set_label(f"{DIRECTION_CMAPS[d][1]} (0-1)", fontsize=font_size("note"))
-        cbar.ax.tick_params(labelsize=font_size("note"))
-    _effects_panel(bx, marginal_effects(record, metric), metric)
-    st = record["setting"]
-    n_seeds = len(record["seeds"])
-    fig.suptitle(f"{record.get('title', 'Stability scorecard')}: staleness {st['regime']['staleness']}, "
-                 f"{st['regime']['ppo_epochs']} epochs, lr {st['regime']['lr']:g}, {st['steps']} steps, "
-                 f"{n_seeds} seeds/cell" + (" (quick)" if st.get("quick") else ""))
+    cells = record["cells"]
+    rows = [row_label(c, cells[0]) for c in cells]
+    fig, (ax, bx) = subplots(1, 2, size=figsize(10, 6.2), sharey=True, gridspec_kw={"width_ratios": [1.3, 1]},
+                             layout="constrained")
+    images = _heatmap(ax, values, metrics)
+    n_think = record["setting"]["regime"]["n_think"]
+    labels = {**LABELS, "reasoning_entropy": f"H(Z|X)\n/ log {n_think + 1}"}
+    ax.set_xticks(range(len(metrics)), [labels.get(m, m.replace("_", " ")) for m in metrics])
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set(xlabel="mean over seeds", ylabel="cell (the dial it changes)")
+    cbar = fig.colorbar(images[1], ax=bx, fraction=0.06, pad=0.03, ticks=[])
+    cbar.set_label("colour: red worse, green better")
+    _effects_panel(bx, cells, marginal_effects(record, metric), metric)
+    fig.suptitle(f"{record.get('title', 'Stability scorecard')}\n{_setting_line(record)}, "
+                 f"{len(record['seeds'])} seeds/cell" + (" (quick)" if record["setting"].get("quick") else ""))
     if path is not None:
         fig.savefig(path, dpi=max(110, fig.dpi))
         plt.close(fig)
     return fig
 
 
-def _effects_panel(ax, effects: list, metric: str) -> None:
-    """Horizontal bars: each level's paired effect vs the base cell with its 95% interval, grouped by dial."""
-    if not effects:
-        ax.text(0.5, 0.5, "no marginal effects (one cell)", ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-        return
-    dials = list(dict.fromkeys(e[0] for e in effects))
-    y = np.arange(len(effects))[::-1]
-    for k, (d, lv, m, lo, hi) in zip(y, effects):
-        color = f"C{dials.index(d)}"
-        ax.barh(k, m, color=color, alpha=0.7)
-        ax.plot([lo, hi], [k, k], color="black", lw=1.2)
+def _effects_panel(ax, cells: list, effects: list, metric: str) -> None:
+    """Horizontal bars on the heatmap's rows (which name the dial): each cell's paired effect vs the base cell
+    with its 95% interval; the base row has none."""
+    by = {(d, lv): (m, lo, hi) for d, lv, m, lo, hi in effects}
+    dials = list(dict.fromkeys(d for d, *_ in effects))
+    for k, c in enumerate(cells):
+        key = next(((d, c[d]) for d in dials if c[d] != cells[0][d]), None)
+        if key in by:
+            m, lo, hi = by[key]
+            ax.barh(k, m, color="C0", alpha=0.7, height=0.7)
+            ax.plot([lo, hi], [k, k], color="black", lw=1.6)
     ax.axvline(0, color="grey", lw=0.8)
-    from ...viz.style import font_size
-    ax.set_yticks(y, [f"{d}: {lv}" for d, lv, *_ in effects], fontsize=font_size("label"))
-    ax.set(xlabel=f"{metric.replace('_', ' ')}: level - base\n(paired by seed, 95% CI)", ylabel="dial: level",
-           title="marginal effect per dial (one at a time)")
-    from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(color=f"C{i}", alpha=0.7, label=d) for i, d in enumerate(dials)],
-              fontsize=font_size("note"), loc="best", title="dial", title_fontsize=font_size("note"))
+    ax.set(xlabel=f"{metric.replace('_', ' ')}: cell - base\n(paired by seed, 95% CI)", title="effect vs base")
+    ax.yaxis.set_visible(False)
