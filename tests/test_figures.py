@@ -233,32 +233,6 @@ def test_seed_band_line_and_band_share_one_legend_entry():
     np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [0.5, 1.5])
 
 
-# ---- the scorecard: a colour map per metric direction --------------------------------------------------
-def test_scorecard_colours_follow_each_metrics_direction():
-    """High-is-good columns in RdYlGn, high-is-bad ones in the reversed map, so a good value is green either
-    way; a colour bar per direction names it."""
-    from toyrl.lab.scorecard import REPO
-    from toyrl.lab.scorecard.plot import DIRECTIONS, heatmap_data, load_scorecard, metric_direction, write_figure
-    assert metric_direction("collapse_rate") == -1 and metric_direction("final_success") == 1
-    assert metric_direction("reasoning_entropy") == 0 and metric_direction("unknown") == 0
-    record, _ = load_scorecard(REPO / "data" / "scorecard")
-    fig = write_figure(record)
-    names, metrics, values = heatmap_data(record)
-    images = fig.axes[0].images
-    by_map = {im.get_cmap().name: im for im in images}
-    assert set(by_map) == {"RdYlGn", "RdYlGn_r", "Purples"}
-    for j, m in enumerate(metrics):                                    # each column drawn by its direction's image
-        want = {1: "RdYlGn", -1: "RdYlGn_r", 0: "Purples"}[DIRECTIONS[m]]
-        for name, im in by_map.items():
-            shown = ~np.ma.getmaskarray(im.get_array())[:, j]
-            assert shown.any() == (name == want and np.isfinite(values[:, j]).any()), (m, name)
-    good_low = by_map["RdYlGn_r"].cmap(by_map["RdYlGn_r"].norm(0.0))    # collapse rate 0: good
-    good_high = by_map["RdYlGn"].cmap(by_map["RdYlGn"].norm(1.0))       # final success 1: good
-    np.testing.assert_allclose(good_low, good_high)
-    labels = {ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"}
-    assert labels == {"higher is better (0-1)", "higher is worse (0-1)", "no better direction (0-1)"}
-
-
 # ---- the widgets: cached numbers equal the uncached ones -----------------------------------------------
 @pytest.mark.parametrize("gamma,omega", [(0.95, 1.0), (0.6, 0.25), (1.0, 2.0)])
 def test_panel_advantage_equals_the_uncached_computation(gamma, omega):

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(ROOT.glob("[0-9][0-9]_*.ipynb"))
 ALLOWED = {"toyrl", "numpy", "matplotlib", "ipywidgets", "IPython", "os", "math", "json", "pathlib", "time",
            "itertools", "collections", "dataclasses", "functools", "textwrap", "torch", "pandas", "warnings", "random",
-           "tempfile", "sys", "copy"}
+           "tempfile", "sys", "copy", "tqdm"}
 
 
 def cells(path):

@@ -9,8 +9,7 @@ Three small tools the other notebooks share:
   as one small JSON file under ``data/runs/<topic>/`` (how the notebooks ship their heavier sweeps);
 - ``verl_estimator(name)``: a registered toyrl estimator behind verl's advantage signature
   ``fn(token_level_rewards, response_mask, index=None, config=None, **kw) -> (adv, returns)``;
-- ``load_verl()``: verl's ``core_algos`` module or None, importable without ray (verl imports ray
-  at module level but its advantage functions never call it), as ``tests/verl_support.py`` does.
+- ``load_verl()``: verl's ``core_algos`` module or None, importable without ray (its advantage functions never call it).
 
 Precompute this notebook's sweep: ``python -m toyrl.viz.prototype`` (writes data/runs/prototype/).
 """
@@ -35,7 +34,7 @@ from .style import arm_color, figsize, font_size, subplots
 __all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "sweep_precompute", "load_sweep", "curve_stats",
            "final_mean", "smooth", "arm_curves", "draw_curves", "arms_figure", "curve_panel", "verl_estimator",
            "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute", "toy_verl_inputs",
-           "plot_compare", "verl_advantage_panel", "SETTING"]
+           "plot_compare", "verl_advantage_panel", "show_verl_advantage_panel", "SETTING"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs"
 """where precomputed sweeps live: data/runs/<topic>/<name>.json"""
@@ -308,7 +307,6 @@ def verl_advantage_panel(name: str = "loo_turn", gamma: float = 0.5, seed: int =
     ``gamma`` on ``toy_verl_inputs(seed=seed)``; one colour scale (one colour bar), integer token and row ticks,
     the title naming the toy batch. Returns the figure."""
     from matplotlib.ticker import MaxNLocator
-    from .style import figsize, subplots
     r, m, i = toy_verl_inputs(B=4, L=6, seed=seed)
     a_p, _ = verl_estimator(name)(r, m, i, config={"toyrl_kwargs": {"gamma": gamma}})
     a_g, _ = compute_grpo_outcome_advantage(r, m, i)
