@@ -32,14 +32,16 @@ def test_claim_table_counts_by_hand():
 
 def test_plot_claim_run_titles_the_verdict_and_rejects_unknown_runs():
     fig = plot_claim_run("grpo", 0, fake_series())
-    title = fig.axes[0].get_title()
+    title = fig._suptitle.get_text()
     assert "collapsed" in title and "seed 0" in title and "T-maze" in title
-    assert len(fig.axes[0].get_legend().get_texts()) >= 4                  # three curves and a mark
+    legend = lambda f: [t.get_text() for t in f.legends[0].get_texts()]          # noqa: E731  (below the panels)
+    assert len(legend(fig)) >= 4                                                 # three curves and a mark
+    assert fig.axes[1].get_ylabel() == "template MI (nats)"                      # the MI on its own axis
     with pytest.raises(ValueError, match="no stored run"):
         plot_claim_run("kl", 0, fake_series())
-    labels = [t.get_text() for t in plot_claim_run("fix", 1, fake_series()).axes[0].get_legend().get_texts()]
-    assert "GRPO success, same seed" in labels and "froze" in plot_claim_run("fix", 1, fake_series()).axes[0].get_title()
-    assert "GRPO success, same seed" not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    fix = plot_claim_run("fix", 1, fake_series())
+    assert "GRPO success, same seed" in legend(fix) and "froze" in fix._suptitle.get_text()
+    assert "GRPO success, same seed" not in legend(fig)
 
 
 def test_fixes_name_stored_arms_of_registered_claims():

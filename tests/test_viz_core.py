@@ -120,7 +120,7 @@ def test_echo_panel_range(filter_on, top_p, critic, clip_higher):
     runs = echo.load_runs(variant=v)
     for seed in (0, 1, 2):
         fig = echo.echo_panel(filter_on, top_p, critic, clip_higher, seed)
-        left, right = fig.axes
+        left, ent, mi = fig.axes                                      # three small multiples, the MI on its own axis
         log = runs[(v, seed)]
         s, m = echo.collapse_steps(log)
         f = echo.freeze_step(log)
@@ -129,13 +129,13 @@ def test_echo_panel_range(filter_on, top_p, critic, clip_higher):
         assert_figure_standard(fig, v, f"seed {seed}")
         drawn = line_data(left)
         cols = plots.log_columns(log, ["reward_mean", "reward_std"])
-        for k in ("reward_mean", "reward_std"):
-            np.testing.assert_allclose(drawn[k][1], plots.smooth(cols[k], 5), equal_nan=True)
+        for k, name in (("reward_mean", "mean reward"), ("reward_std", "within-group std")):
+            np.testing.assert_allclose(drawn[name][1], plots.smooth(cols[k], 5), equal_nan=True)
         marks = {lab: x[0] for lab, (x, _) in drawn.items() if "(step" in lab}
         assert marks == {f"{lab} (step {x})": x for lab, x in (("std drop", s), ("mean drop", m), ("freeze", f))
                          if x is not None}
-        assert set(line_data(right)) >= {f"{k} (nats)" for k in ("template_entropy", "template_mi")
-                                         if k in log.rows[0]}
+        assert ("template_entropy" not in log.rows[0] or "H(z)" in line_data(ent)) and \
+            ("template_mi" not in log.rows[0] or "I(z; x)" in line_data(mi))
 
 
 def test_echo_precompute_and_live(tmp_path):
@@ -145,7 +145,7 @@ def test_echo_precompute_and_live(tmp_path):
     assert set(runs) == {("grpo", 0), ("critic", 1)} and len(runs[("grpo", 0)].rows) == 2
     assert set(runs[("grpo", 0)].rows[0]) == set(echo.KEEP_KEYS)
     fig = echo.echo_panel(seed=0, live=True, steps=2)
-    assert len(fig.axes) == 2 and len(line_data(fig.axes[0])["reward_mean"][1]) == 2   # the 2 steps just trained
+    assert len(fig.axes) == 3 and len(line_data(fig.axes[0])["mean reward"][1]) == 2   # the 2 steps just trained
     with pytest.raises(FileNotFoundError):
         echo.echo_panel(seed=9, data_dir=tmp_path)
 

@@ -63,7 +63,7 @@ def test_credit_panel_range(gamma, omega):
             shown = image_data(ax)                                             # (H, B): turns x trajectories
             np.testing.assert_allclose(shown.filled(0), (adv[name] * cb.mask).T, atol=1e-6)
             assert (shown.mask == ~cb.mask.T).all()                           # padding turns left blank
-        assert fig.axes[1].get_title() == f"{est} (gamma={gamma}, omega={omega})"
+        assert fig.axes[1].get_title() == f"{est}\n(gamma={gamma}, omega={omega})"
         count = image_data(fig.axes[2])
         np.testing.assert_allclose(count, credit.anchor_map(cb, 0, gamma)[0])  # the anchor-state counts
         assert fig._suptitle.get_text().startswith(f"{cb.setting}, values=mc: ")
@@ -79,7 +79,7 @@ def test_credit_panel_range(gamma, omega):
 def test_plot_estimators_grid():
     cb = credit_batch.make_credit_batch(group_size=4)
     adv = credit_batch.all_advantages(cb)
-    fig = credit.plot_estimators(adv, cb.mask, success=cb.success, setting=f"{cb.setting}, gamma=0.95")
+    fig = credit.plot_estimators(adv, cb.mask, success=cb.success, setting=f"{cb.setting}, gamma=0.95", ncols=6)
     panels = [a for a in fig.axes if a.images]
     assert [a.get_title() for a in panels] == list(adv) and len(panels) == len(ESTIMATORS)
     for ax in panels:

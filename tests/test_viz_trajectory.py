@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-from conftest import assert_figure_standard, assert_no_overlap
+from conftest import assert_figure_standard, assert_no_overlap, assert_projectable
 
 from toyrl.train.config import TrainConfig
 from toyrl.envs import make_core
@@ -23,8 +23,9 @@ def test_rollout_views_agree(env, policy):
     for row in range(b.B):
         view = trajectory.flat_view(ro, row)
         table = trajectory.turns_table(ro, row, core)
-        first = int(np.argmax(view["policy_mask"]))
-        assert first + sum(r["n_policy"] + r["n_env"] for r in table) == len(view["tokens"])
+        first = len(ro.episodes[row].prompt)                                  # the prompt is in no turn
+        assert first + sum(r["n_policy"] + r["n_grammar"] + r["n_env"] for r in table) == len(view["tokens"])
+        assert sum(r["n_env"] for r in table) == int((view["kind"] == plots.KINDS.index("obs")).sum())
         assert sum(r["n_policy"] for r in table) == int(b.policy_mask[row].sum())
         assert len(table) == int(b.turn_mask[row].sum())
         kinds = view["kind"]
@@ -92,12 +93,17 @@ def test_rollout_figure_range(row, seed):
         shown = min(len(view["tokens"]), 80)
         assert len(top.patches) == shown                                       # one coloured cell per token
         assert len(bot.patches) == shown                                       # the same tokens, by turn
-        assert top.get_title() == (f"flat view: row {r}, {len(view['tokens'])} tokens "
-                                   f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)")
+        n_pol, n_env = int(view["policy_mask"].sum()), int((view["kind"] == plots.KINDS.index("obs")).sum())
+        n_prompt = len(ro.episodes[r].prompt)
+        assert top.get_title() == (f"flat view: row {r}, {len(view['tokens'])} tokens = {n_prompt} prompt + {n_pol} "
+                                   f"sampled by the policy + {len(view['tokens']) - n_prompt - n_pol - n_env} "
+                                   f"written for it + {n_env} env")
+        table = trajectory.turns_table(ro, r, core)                           # the figure and the table agree
+        assert sum(t["n_grammar"] for t in table) == len(view["tokens"]) - n_prompt - n_pol - n_env
         assert fig._suptitle.get_text() == f"{setting.rollout_setting(ro, core, trajectory.player(policy, seed))}: row {r}"
         assert_figure_standard(fig, setting.env_setting(core), trajectory.player(policy, seed), "G=4", f"row {r}")
     ro, core, _ = trajectory.sample_rollout("gridworld", n=4, seed=seed)
-    fig = trajectory.plot_turn_strips(ro, core)
+    fig = trajectory.plot_turn_strips(ro, core, rows=[0, 1, 2, 3])
     assert [ax.get_title() for ax in fig.axes] == [f"row {r}: R={float(ro.batch.outcome()[r]):.0f}" for r in range(4)]
     for r, ax in enumerate(fig.axes):
         view = trajectory.flat_view(ro, r)
@@ -122,7 +128,7 @@ def test_plot_training_on_rows():
     rows = [{"step": i, "reward_mean": i / 10, "success_rate": 0.5, "reward_std": 0.1, "entropy": 1.0,
              "turns_per_episode": 4.0, "void_turn_rate": 0.0} for i in range(8)]
     axes = trajectory.plot_training(rows).axes
-    keys = ("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode", "void_turn_rate")
+    keys = ("reward_mean", "reward_std", "entropy", "turns_per_episode")   # the defaults: no identical or flat panel
     assert [ax.get_title() for ax in axes] == [plots.label(k) for k in keys]
     assert [ax.get_ylabel() for ax in axes] == [plots.label(k) for k in keys]
     assert axes[0].figure._suptitle.get_text().startswith("training log, 8 steps")
@@ -145,3 +151,39 @@ def test_plot_training_names_the_run():
     fig = trajectory.plot_training(log, window=3)
     assert_figure_standard(fig, "MockSearch 1-hop", "gigpo", "tiny policy", "P=2 x G=4", "6 steps", "seed 3",
                            "last 3 steps")
+
+
+def test_turns_table_counts_every_token_once():
+    """Row 0 of the lesson's group: 18 prompt tokens, then per turn END (written by the grammar, not sampled),
+    the sampled action and the env's SEP + cell; the table's three counts and the figure's title say the same."""
+    ro, core, _ = trajectory.sample_rollout("gridworld", n=4, seed=0)
+    table = trajectory.turns_table(ro, 0, core)
+    assert [(r["n_policy"], r["n_grammar"]) for r in table] == [(1, 1)] * len(table)
+    assert all(r["n_env"] == 2 for r in table[:-1]) and table[-1]["policy"].split()[0] == "END"
+
+
+@pytest.mark.parametrize("env,policy,row", [("gridworld", "tiny", 0), ("gridworld", "tiny", 3),
+                                            ("mock_search", "expert", 0), ("bandit_chain", "tiny", 2)])
+def test_trajectory_figures_project(env, policy, row):
+    """Every figure of lesson 00 at its defaults in the lesson's style: text >= 12 pt on a slide, width <= 10 in
+    before the slides scale."""
+    from toyrl.viz import style
+    with style.figure_style("slides"):
+        fig = trajectory.rollout_figure(env, row=row, policy=policy)
+        assert fig.get_size_inches()[0] <= style.figsize(10, 1)[0] + 1e-9
+        assert_projectable(fig)
+        ro, core, _ = trajectory.sample_rollout(env, n=4, seed=1, policy=policy)
+        fig = trajectory.plot_turn_strips(ro, core, max_turns=3)
+        assert fig.get_size_inches()[0] <= style.figsize(10, 1)[0] + 1e-9
+        assert_projectable(fig)
+        assert_figure_standard(fig, setting.env_setting(core), "G=4 rollouts", "rows 0, 1")
+
+
+def test_plot_training_projects():
+    from toyrl.viz import style
+    rows = [{"step": i, "reward_mean": i / 10, "reward_std": 0.1, "entropy": 1.0, "turns_per_episode": 4.0}
+            for i in range(8)]
+    with style.figure_style("slides"):
+        fig = trajectory.plot_training(rows)
+        assert_projectable(fig)
+        assert_figure_standard(fig, "training log, 8 steps")

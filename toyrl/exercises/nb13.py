@@ -6,29 +6,34 @@ import math
 from . import exercise
 
 
-@exercise("13.start_success")
-def start_success(fn):
-    """``fn(eps, L, A)``: the success of a clone that copies a teacher erring with probability eps (a uniform action
-    out of A) on a task of L turns where every wrong move is fatal."""
-    for eps, L, A in ((0.05, 16, 4), (0.05, 48, 4), (0.2, 10, 2), (0.0, 30, 4)):
-        want = (1 - eps * (1 - 1 / A)) ** L
-        got = float(fn(eps, L, A))
-        if abs(got - want) > 1e-9:
-            if abs(got - (1 - eps) ** L) < 1e-9:
-                return False, ("a uniform draw out of A actions is the right one with probability 1/A: "
-                               "what is the chance that a turn goes wrong?")
-            return False, f"at eps={eps}, L={L}, A={A}: one turn is right with probability 1 - eps (1 - 1/A); L in a row?"
-    return True, ("(1 - eps (1 - 1/A))^L: at 5% teacher noise that is 0.54 at 16 turns and 0.16 at 48. The longer "
-                  "the horizon, the more decisions a single outcome has to credit.")
+def half_noise(L: int = 48, A: int = 4) -> float:
+    """The teacher noise eps at which a clone starts at success 1/2 on L fatal turns with A actions:
+    (1 - eps (1 - 1/A))^L = 1/2  ->  eps = (1 - 2^(-1/L)) / (1 - 1/A). Example: L 48, A 4 -> 0.0191."""
+    return (1 - 0.5 ** (1 / L)) / (1 - 1 / A)
 
 
-@exercise("13.grpo_contrast")
-def grpo_contrast(answer):
-    """The fatal turn's GRPO advantage minus the mean of its episode's earlier turns, in any failed episode."""
-    if abs(float(answer)) < 1e-12:
-        return True, ("0, always: GRPO gives each turn of an episode the episode's one advantage, so it cannot tell "
-                      "the fatal move from the right moves before it. Per-turn credit is what can.")
-    return False, "GRPO's advantage is (R_i - mean_g R) / std_g R for every turn k of episode i. Does it depend on k?"
+@exercise("13.half_noise")
+def half_noise_ex(answer):
+    """The teacher noise eps at which the 48-turn snake's clone (A = 4 actions) would start at success 1/2."""
+    want = half_noise(48, 4)
+    got = float(answer)
+    if abs(got - want) < 1e-4 or abs(got - 100 * want) < 1e-2:
+        return True, (f"eps = {want:.4f}: under 2% noise already halves a 48-turn start. Solve "
+                      "(1 - eps (1 - 1/A))^L = 1/2 for eps.")
+    if abs(got - (1 - 0.5 ** (1 / 48))) < 1e-4:
+        return False, "a random action is right with probability 1/A: only a share (1 - 1/A) of the noise is fatal."
+    return False, "start from the key equation's (1 - eps (1 - 1/A))^L, set it to 1/2 and solve for eps."
+
+
+@exercise("13.rloo_contrast")
+def rloo_contrast(answer):
+    """``turn_contrast(batch, ESTIMATORS["rloo"](batch))["contrast"]`` on the lesson's 7x7 snake batch: the fatal
+    turn's RLOO advantage minus the mean over its episode's earlier turns, averaged over the failed episodes."""
+    got = float(answer)
+    if abs(got) < 1e-6:
+        return True, ("0: RLOO, like GRPO, gives each turn of an episode the episode's one advantage (R_i minus the "
+                      "mean of the others), so it cannot tell the fatal move from the right moves before it.")
+    return False, "RLOO's advantage is R_i - mean_{j != i} R_j for every turn of episode i. Does it depend on the turn?"
 
 
 @exercise("13.farm")

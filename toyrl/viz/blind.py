@@ -22,7 +22,8 @@ from ..collapse import RULE, classify
 from ..lab.claims.echo import FORGOT_AT
 from ..lab.claims.report import load_series
 from ..lab.claims.spec import early, final
-from .plots import mark_steps, new_figure
+from .plots import mark_steps
+from .style import figsize, font_size, subplots
 
 __all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "series_path", "reasoning_check", "momentum_trap",
            "claim_table", "collapsed_seeds", "plot_claim_run"]
@@ -114,17 +115,28 @@ def plot_claim_run(arm: str = "grpo", seed: int = 0, series: Optional[dict] = No
                          f"seeds {sorted(next(iter(series.values())))}")
     s = series[arm][seed]
     c = classify(s["reward_mean"], s["reward_std"], s["grad_norm"], **{**RULE, **rule})
-    fig, axes = new_figure(1, 1, width=7.5, height=3.4)
-    ax = axes[0, 0]
-    for key, label in (("success_rate", "success"), ("reward_std", "within-group reward std"),
-                       ("template_mi", "template MI (nats)")):
+    from matplotlib.ticker import MaxNLocator
+    fig, (ax, ax2) = subplots(1, 2, size=figsize(10, 4.6), sharex=True, layout="constrained",
+                              gridspec_kw={"width_ratios": [3, 2]})
+    for a_, key, label in ((ax, "success_rate", "success"), (ax, "reward_std", "within-group reward std"),
+                           (ax2, "template_mi", "template MI")):
         y = np.asarray(s[key], float)
-        ax.plot(np.arange(len(y)), y, label=label)
+        a_.plot(np.arange(len(y)), y, label=label, color={"success_rate": "#1d3557", "reward_std": "#e63946",
+                                                          "template_mi": "#2a9d8f"}[key])
     if arm != "grpo" and seed in series.get("grpo", {}):
         y = np.asarray(series["grpo"][seed]["success_rate"], float)
         ax.plot(np.arange(len(y)), y, color="0.5", ls="--", label="GRPO success, same seed")
-    mark_steps(ax, {"std drop": c["t_std_drop"], "collapse": c["t_collapse"], "freeze": c["t_freeze"]})
-    ax.set(xlabel="RL step", ylabel="value", title=f"blind T-maze 5x5, {claim}: {arm}, seed {seed}: "
-           + ("collapsed" if c["collapsed"] else "held") + (", froze" if c["frozen"] else ""))
-    ax.legend(fontsize=8, loc="upper right")
+    for a_, ylabel in ((ax, "success, std"), (ax2, "template MI (nats)")):
+        mark_steps(a_, {"std drop": c["t_std_drop"], "collapse": c["t_collapse"], "freeze": c["t_freeze"]})
+        a_.xaxis.set_major_locator(MaxNLocator(integer=True))
+        a_.set_xlabel("RL step", fontsize=font_size("label"))
+        a_.set_ylabel(ylabel, fontsize=font_size("label"))
+        a_.tick_params(labelsize=font_size("tick"))
+    ax.set_ylim(0, 1.02)
+    ax.set_title("success and spread", fontsize=font_size("title"))
+    ax2.set_title("template MI, its own axis", fontsize=font_size("title"))
+    fig.suptitle(f"blind T-maze 5x5, {claim}: {arm}, seed {seed}: " + ("collapsed" if c["collapsed"] else "held")
+                 + (", froze" if c["frozen"] else ""), fontsize=font_size("suptitle"))
+    handles = {h.get_label(): h for a_ in (ax, ax2) for h in a_.get_legend_handles_labels()[0]}
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=3, fontsize=font_size("legend"))
     return fig

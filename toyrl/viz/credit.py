@@ -94,7 +94,7 @@ def anchor_map(cb: CreditBatch, group: int = 0, gamma: float = 0.95) -> tuple[np
 
 
 @styled
-def plot_estimators(adv: dict, mask: np.ndarray, names: Optional[Sequence[str]] = None, *, ncols: int = 6,
+def plot_estimators(adv: dict, mask: np.ndarray, names: Optional[Sequence[str]] = None, *, ncols: int = 3,
                     success: Optional[np.ndarray] = None, setting: str = "", shared: bool = True):
     """A grid of turn x trajectory heatmaps, one per estimator, titled with ``setting`` (default: the batch's
     shape). ``shared`` (default): one symmetric colour scale for every panel (``shared_vmax``) and one colour
@@ -104,7 +104,8 @@ def plot_estimators(adv: dict, mask: np.ndarray, names: Optional[Sequence[str]] 
     names = list(names or adv)
     ncols = min(ncols, len(names))
     nrows = int(np.ceil(len(names) / ncols))
-    fig, axes = new_figure(nrows, ncols, width=2.3, height=2.0, sharex=True, sharey=True, layout="constrained")
+    fig, axes = new_figure(nrows, ncols, width=min(3.3, max(2.3, 10 / ncols)), height=2.6, sharex=True, sharey=True,
+                           layout="constrained")
     xlabel = "trajectory (+ = goal)" if success is not None else "trajectory"
     vmax = shared_vmax([adv[n] for n in names], mask) if shared else None
     for i, (ax, name) in enumerate(zip(axes.flat, names)):
@@ -127,7 +128,7 @@ def plot_estimators(adv: dict, mask: np.ndarray, names: Optional[Sequence[str]] 
     return fig
 
 
-_OFFSET = {0: (-0.3, 0.0), 1: (0.0, 0.32), 2: (0.3, 0.0), 3: (0.0, -0.32), 4: (0.0, 0.0)}   # (dx, dy) per action
+_OFFSET = {0: (-0.3, 0.0), 1: (0.0, 0.34), 2: (0.3, 0.0), 3: (0.0, -0.34), 4: (0.0, 0.17)}   # (dx, dy) per action
 
 
 @styled
@@ -161,7 +162,7 @@ def _draw_anchor_map(ax, count: np.ndarray, mean: np.ndarray, tiles: np.ndarray,
                 if np.isfinite(v):
                     dx, dy = _OFFSET[a]
                     ax.text(c + dx, r + dy, ("v" if a == 4 else "") + f"{v:+.1f}", ha="center", va="center",
-                            fontsize=0.6 * font_size(), color="#b2182b" if v > 0 else "#2166ac")
+                            fontsize=font_size("note"), color="#b2182b" if v > 0 else "#2166ac")
     ax.set_xticks(range(n))
     ax.set_yticks(range(n))
     ax.tick_params(labelsize=font_size("tick"))
@@ -229,9 +230,10 @@ def credit_panel(estimator: str = "gigpo", gamma: float = 0.95, omega: float = 1
     cb = make_credit_batch(group_size=group_size, slip=slip, seed=seed)
     adv = {name: panel_advantage(name, gamma, omega, group_size, slip, seed, values) for name in ("grpo", estimator)}
     vmax = shared_vmax(list(adv.values()), cb.mask)
-    fig, axes = new_figure(1, 3, width=3.6, height=3.8, layout="constrained")
-    heatmap(axes[0, 0], adv["grpo"], cb.mask, title="grpo (trajectory level)", vmax=vmax, colorbar=False)
-    im = heatmap(axes[0, 1], adv[estimator], cb.mask, title=f"{estimator} (gamma={gamma}, omega={omega})",
+    fig, axes = new_figure(1, 3, width=3.3, height=4.4, layout="constrained",
+                           gridspec_kw={"width_ratios": [1, 1, 1.7]})     # the anchor map's cells hold 5 numbers
+    heatmap(axes[0, 0], adv["grpo"], cb.mask, title="grpo\n(trajectory level)", vmax=vmax, colorbar=False)
+    im = heatmap(axes[0, 1], adv[estimator], cb.mask, title=f"{estimator}\n(gamma={gamma}, omega={omega})",
                  vmax=vmax, colorbar=False)
     cbar = fig.colorbar(im, ax=axes[0, :2], fraction=0.046, pad=0.02)
     cbar.set_label("turn advantage (both panels)", fontsize=font_size("label"))

@@ -33,7 +33,8 @@ from ..lab.claims.stability import COLLAPSE_BASE
 from ..lab.results import atomic_write
 from ..train.runlog import RunLog, encode
 from ..train import TrainConfig, train
-from .plots import log_columns, mark_steps, new_figure, smooth
+from .plots import log_columns, mark_steps, smooth
+from .style import figsize, font_size, styled, subplots
 
 __all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "freeze_step",
            "precompute", "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "ledger_tests",
@@ -81,7 +82,7 @@ def variant_name(filter_on: bool = False, top_p: float = 0.25, critic: bool = Fa
 
 def echo_config(variant: str = "grpo", seed: int = 0, steps: Optional[int] = None, **override) -> TrainConfig:
     """The TrainConfig of a named variant (``VARIANTS``) at a seed."""
-    kw = {**ECHO_BASE, **VARIANTS[variant], **override, "seed": seed, "progress": False}
+    kw = {**ECHO_BASE, **VARIANTS[variant], "progress": False, **override, "seed": seed}
     if steps is not None:
         kw["steps"] = steps
     return TrainConfig(**kw)
@@ -218,37 +219,43 @@ def ledger_tests(name: str, ledger_dir=LEDGER_DIR) -> tuple[str, dict]:
 ECHO_KEYS = ("reward_mean", "reward_std", "zero_var_frac", "template_entropy", "template_mi")
 
 
+@styled
 def plot_echo(log, *, window: int = 5, title: str = "", keys: Sequence[str] = ECHO_KEYS, **rule):
-    """All Echo Trap signals on one time axis, with the std-drop and mean-drop steps of ``collapse_steps``
-    and the ``freeze_step`` marked (each only where it is found)."""
+    """The Echo Trap's signals as three small multiples on one step axis, each on its own scale: the reward,
+    its within-group std and the zero-variance share (0 to 1); the template entropy H(z) (nats); the
+    template-task mutual information I(z; x) (nats, its own axis: it is a tenth of the entropy, and falls under
+    template collapse). The std-drop and mean-drop steps of ``collapse_steps`` and the ``freeze_step`` are
+    dashed (each only where it is found); legends sit below the panels."""
+    from matplotlib.ticker import MaxNLocator
     s, m = collapse_steps(log, window=window, **rule)
     marks = {"std drop": s, "mean drop": m, "freeze": freeze_step(log, window=window)}
     cols = log_columns(log, ["step", *keys])
     step = cols["step"]
-    fig, axes = new_figure(1, 2, width=5.2, height=3.2)
-    ax = axes[0, 0]
+    fig, axes = subplots(1, 3, size=figsize(10, 4.4), sharex=True, layout="constrained")
     colors = {"reward_mean": "#1d3557", "reward_std": "#e63946", "zero_var_frac": "#8d99ae",
               "template_entropy": "#f4a261", "template_mi": "#2a9d8f"}
-    for k in ("reward_mean", "reward_std", "zero_var_frac"):
-        if k in keys:
-            ax.plot(step, smooth(cols[k], window), label=k, color=colors[k], lw=1.6)
-    mark_steps(ax, marks)
-    ax.set_xlabel("step", fontsize=8)
-    ax.set_ylabel(f"reward, std, share ({window}-step mean)", fontsize=8)
-    ax.set_title("reward and its within-group spread", fontsize=9)
-    ax.legend(fontsize=7)
-    ax2 = axes[0, 1]
-    for k in ("template_entropy", "template_mi"):
-        if k in keys:
-            ax2.plot(step, smooth(cols[k], window), label=k + " (nats)", color=colors[k], lw=1.6)
-    mark_steps(ax2, marks)
-    ax2.set_xlabel("step", fontsize=8)
-    ax2.set_ylabel("nats", fontsize=8)
-    ax2.set_title("reasoning-template diversity", fontsize=9)
-    ax2.legend(fontsize=7)
+    names = {"reward_mean": "mean reward", "reward_std": "within-group std", "zero_var_frac": "zero-var share",
+             "template_entropy": "H(z)", "template_mi": "I(z; x)"}
+    panels = [(("reward_mean", "reward_std", "zero_var_frac"), "reward, std, share", "reward and spread"),
+              (("template_entropy",), "H(z) (nats)", "template entropy"),
+              (("template_mi",), "I(z; x) (nats)", "template MI")]
+    for ax, (ks, ylabel, head) in zip(axes, panels):
+        for k in ks:
+            if k in keys:
+                ax.plot(step, smooth(cols[k], window), label=names[k], color=colors[k])
+        mark_steps(ax, marks)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
+        ax.set_xlabel("step", fontsize=font_size("label"))
+        ax.set_ylabel(ylabel, fontsize=font_size("label"))
+        ax.set_title(head, fontsize=font_size("title"))
+        ax.tick_params(labelsize=font_size("tick"))
+    axes[0].set_ylim(0, 1.02)
+    handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=4,
+               fontsize=font_size("legend"), title=f"{window}-step means; dashed: the rule's steps",
+               title_fontsize=font_size("legend"))
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        fig.suptitle(title, fontsize=font_size("suptitle"), wrap=True)
     return fig
 
 
@@ -258,7 +265,7 @@ def echo_panel(filter_on: bool = False, top_p: float = 0.25, critic: bool = Fals
     trained now with ``live=True``), drawn by ``plot_echo``."""
     v = variant_name(filter_on, top_p, critic, clip_higher)
     if live:
-        log = train(echo_config(v, seed, steps))
+        log = train(echo_config(v, seed, steps, progress=True))
     else:
         runs = load_runs(data_dir, v)
         if (v, seed) not in runs:

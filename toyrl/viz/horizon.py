@@ -24,11 +24,13 @@ from ..lab.claims.report import load_series
 from ..lab.claims.spec import final
 from ..lab.results import REPO
 from ..train import TrainConfig, train
-from .engine import plot_engine_runs
+from .engine import BANDS, run_bands
 from .plots import heatmap, new_figure
+from .style import arm_color, figsize, font_size, styled, subplots
 
-__all__ = ["SETTING", "TASK_LABELS", "horizon_config", "train_arms", "turn_contrast", "plot_blame", "ledger_series",
-           "gap_table", "plot_horizon", "horizon_panel", "arm_table"]
+__all__ = ["SETTING", "TASK_LABELS", "LIVE_PATH", "horizon_config", "train_arms", "store_arms", "load_arms",
+           "turn_contrast", "plot_blame", "ledger_series", "gap_table", "plot_arm_runs", "plot_horizon", "horizon_panel",
+           "arm_table"]
 
 SETTING = "snake from its warm start (5% teacher noise), P=8 x G=8, lr 1e-3"
 TASK_LABELS = {t: (f"fork 9x9 ({TURNS[t]} turns)" if t == "fork" else f"snake {t[1]}x{t[1]} ({TURNS[t]} turns)")
@@ -43,10 +45,47 @@ def horizon_config(n: int = 5, estimator: str = "grpo", *, steps: int = 20, seed
 
 
 def train_arms(estimators: Sequence[str] = ("grpo", "gigpo"), *, n: int = 5, seeds: Sequence[int] = (0, 1),
-               steps: int = 20) -> dict:
-    """Train each estimator on the size-n snake for every seed -> {estimator: [RunLog per seed]}."""
+               steps: int = 20, progress: bool = False) -> dict:
+    """Train each estimator on the size-n snake for every seed -> {estimator: [RunLog per seed]}; ``progress``:
+    one ``tqdm.auto`` bar over all the runs."""
+    from tqdm.auto import tqdm
     base = horizon_config(n, steps=steps)
-    return {est: [train(replace(base, estimator=est, seed=s)) for s in seeds] for est in estimators}
+    bar = tqdm(total=len(estimators) * len(seeds), desc="runs", disable=not progress)
+    out = {}
+    for est in estimators:
+        out[est] = []
+        for s in seeds:
+            out[est].append(train(replace(base, estimator=est, seed=s)))
+            bar.update()
+    bar.close()
+    return out
+
+
+LIVE_PATH = REPO / "data" / "runs" / "horizon_live.json"
+"""lesson 13's stored training arms (``store_arms``): GRPO, GiGPO and turn GAE on the 5x5 snake, 4 seeds x 40 steps"""
+KEEP = ("success_rate", "reward_mean", "grad_norm")
+
+
+def store_arms(path=LIVE_PATH, estimators: Sequence[str] = ("grpo", "gigpo", "turn_gae"), *, n: int = 5,
+               seeds: Sequence[int] = (0, 1, 2, 3), steps: int = 40, progress: bool = True):
+    """Train ``train_arms`` and store the ``KEEP`` columns with the setting as JSON at ``path`` (regenerate lesson
+    13's runs: ``python -c "from toyrl.viz.horizon import store_arms; store_arms()"``). Returns the path."""
+    import json
+    logs = train_arms(estimators, n=n, seeds=seeds, steps=steps, progress=progress)
+    data = {"setting": {"n": n, "seeds": list(seeds), "steps": steps},
+            "arms": {est: [{k: r.column(k).tolist() for k in KEEP} for r in runs] for est, runs in logs.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def load_arms(path=LIVE_PATH) -> tuple[dict, dict]:
+    """The stored arms of ``store_arms`` -> ({estimator: [{column: array} per seed]}, setting)."""
+    import json
+    data = json.loads(path.read_text())
+    arms = {est: [{k: np.asarray(v, dtype=float) for k, v in run.items()} for run in runs]
+            for est, runs in data["arms"].items()}
+    return arms, data["setting"]
 
 
 def turn_contrast(batch, adv: torch.Tensor, max_turns: Optional[int] = None) -> dict:
@@ -68,21 +107,26 @@ def turn_contrast(batch, adv: torch.Tensor, max_turns: Optional[int] = None) -> 
     return {"episodes": len(vals), "contrast": float(np.mean(vals)) if vals else float("nan"), "per_episode": vals}
 
 
-def plot_blame(batch, advs: dict, *, episodes: int = 16, title: str = ""):
-    """The turn advantages ({estimator: (B, H)}) of the first ``episodes`` failed episodes of one batch, side by side
-    on one colour scale (red credit, blue blame) with one colour bar; the fatal turn is each column's last cell.
-    Returns the Figure."""
-    failed = torch.nonzero(batch.outcome() <= 0).flatten()[:episodes]
+@styled
+def plot_blame(batch, advs: dict, *, episodes: Optional[int] = None, title: str = ""):
+    """The turn advantages ({estimator: (B, H)}) of the failed episodes of one batch (the first ``episodes``; None:
+    all, the title counts them), side by side on one colour scale (red credit, blue blame) with one colour bar; the
+    fatal turn is each column's last cell. Returns the Figure."""
+    every = torch.nonzero(batch.outcome() <= 0).flatten()
+    failed = every[:episodes]
     if len(failed) == 0:
         raise ValueError("the batch holds no failed episode")
     mask = batch.turn_mask[failed]
     vmax = max(float(a[failed][mask].abs().max()) for a in advs.values()) or 1.0
-    fig, axes = new_figure(1, len(advs), width=4.2, height=3.2, layout="constrained")
+    fig, axes = subplots(1, len(advs), size=figsize(10, 4.4), sharey=True, squeeze=False, layout="constrained")
+    shown = f"all {len(every)}" if len(failed) == len(every) else f"{len(failed)} of {len(every)}"
     for ax, (name, a) in zip(axes[0], advs.items()):
-        im = heatmap(ax, a[failed], mask, vmax=vmax, colorbar=False, xlabel="failed episode", ylabel="turn",
-                     title=f"{name}: turn advantages")
-    fig.colorbar(im, ax=list(axes[0]), fraction=0.03, pad=0.02, label="advantage (shared scale)")
-    fig.suptitle(title, fontsize=10)
+        im = heatmap(ax, a[failed], mask, vmax=vmax, colorbar=False, xlabel=f"failed episode ({shown})",
+                     ylabel="turn", title=name)
+    cbar = fig.colorbar(im, ax=list(axes[0]), fraction=0.03, pad=0.02)
+    cbar.set_label("advantage (shared scale)", fontsize=font_size("label"))
+    cbar.ax.tick_params(labelsize=font_size("tick"))
+    fig.suptitle(title, fontsize=font_size("suptitle"), wrap=True)
     return fig
 
 
@@ -110,15 +154,50 @@ def gap_table(series: dict) -> dict:
     return out
 
 
-def plot_horizon(task: str, series: dict, *, smooth_w: int = 3, ax=None):
+@styled
+def plot_arm_runs(logs_by_arm: dict, metric: str = "success_rate", *, title: str, smooth_w: int = 1,
+                  band: str = "minmax", ylabel: str = "success rate"):
+    """Training arms over seeds ({arm: [log per seed]}): per arm the mean of ``metric`` per step in the arm's fixed
+    colour (``style.arm_color`` of the name before any space) and its band over seeds (``run_bands``), the legend
+    outside the data. An arm whose every seed equals an earlier arm's is drawn dashed over it, its label saying
+    "identical to" that arm. Returns the Figure."""
+    from matplotlib.ticker import MaxNLocator
+    if not logs_by_arm:
+        raise ValueError("logs_by_arm must name at least one arm")
+    fig, ax = subplots(size=figsize(10, 4.6), layout="constrained")
+    drawn, seeds = {}, set()
+    for name, logs in logs_by_arm.items():
+        r = run_bands(logs, metric, band, smooth_w)
+        cols = [np.asarray(run_bands([g], metric, band, 1)["mean"]) for g in logs]
+        twin = next((o for o, oc in drawn.items() if len(oc) == len(cols) and
+                     all(np.array_equal(a, b, equal_nan=True) for a, b in zip(oc, cols))), None)
+        drawn[name] = cols
+        seeds.add(len(logs))
+        step = np.arange(len(r["mean"]))
+        color = arm_color(name.split(" ")[0])
+        if twin is None:
+            ax.plot(step, r["mean"], color=color, label=name)
+            ax.fill_between(step, r["lo"], r["hi"], alpha=0.2, color=color, label=f"{name}: {BANDS[band]}")
+        else:
+            ax.plot(step, r["mean"], color=color, ls=(0, (4, 4)), lw=3, label=f"{name} (identical to {twin})")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("RL step", fontsize=font_size("label"))
+    ax.set_ylabel(ylabel, fontsize=font_size("label"))
+    ax.tick_params(labelsize=font_size("tick"))
+    smoothed = f", {smooth_w}-step mean" if smooth_w > 1 else ""
+    ax.set_title(f"{title}\n(mean over {'/'.join(map(str, sorted(seeds)))} seeds{smoothed})", fontsize=font_size("title"))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=font_size("legend"))
+    return fig
+
+
+def plot_horizon(task: str, series: dict, *, smooth_w: int = 3):
     """GRPO against GiGPO at one horizon of the ledger's gigpo_horizon claim: mean success and min-max band over
     the stored seeds. Returns the Figure."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {list(TASKS)}, got {task!r}")
-    runs = {f"{est} ({len(series[f'{est}_{task}'])} seeds)": list(series[f"{est}_{task}"].values())
-            for est in ("grpo", "gigpo")}
-    return plot_engine_runs(runs, "success_rate", smooth_w=smooth_w, ax=ax,
-                            title=f"{TASK_LABELS[task]} from its warm start, P=8 x G=8, lr 1e-3 (ledger)")
+    runs = {est: list(series[f"{est}_{task}"].values()) for est in ("grpo", "gigpo")}
+    return plot_arm_runs(runs, "success_rate", smooth_w=smooth_w,
+                         title=f"{TASK_LABELS[task]} from its warm start, P=8 x G=8, lr 1e-3 (ledger)")
 
 
 def horizon_panel(task: str = "s9", series: Optional[dict] = None):

@@ -8,9 +8,8 @@ trainer sees it *flat* (one (T,) row of a ``TurnBatch``); the environment sees i
 table with one row per turn). This module computes both views of one row, and draws them.
 
     ro, core, codec = sample_rollout("gridworld", n=4, seed=0)
-    table = turns_table(ro, row=0, core=core)             # list of dicts, one per turn
-    fig = plot_flat_vs_turns(ro, row=0, core=core)         # flat strip above, one strip per turn below; the title
-                                                           # names the setting (toyrl.viz.setting)
+    table = turns_table(ro, row=0, core=core)       # list of dicts, one per turn
+    fig = plot_flat_vs_turns(ro, row=0, core=core)   # flat strip above, one strip per turn below, setting in the title
 """
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from ..rollout.engine import Rollout, rollout, to_rollout
 from .credit_batch import noisy_expert, play_scripted
 from .plots import KIND_COLORS, KINDS, log_columns, plot_log
 from .setting import rollout_setting, run_setting
-from .style import font_size, styled, subplots
+from .style import figsize, font_size, styled, subplots
 
 __all__ = ["sample_rollout", "token_kinds", "token_labels", "flat_view", "turns_table", "turn_actions",
            "episode_texts", "plot_flat_vs_turns", "rollout_figure", "plot_turn_strips", "plot_training", "ENV_PRESETS",
@@ -155,23 +154,27 @@ def turn_actions(ro: Rollout, row: int) -> list[int]:
 
 
 def turns_table(ro: Rollout, row: int, core=None) -> list[dict]:
-    """The environment's view of row ``row``: one dict per turn with the policy's tokens, the
-    action, whether it was void, the number of policy / env tokens, the reward and the state key."""
+    """The environment's view of row ``row``: one dict per turn with the policy side's tokens (``policy``: what
+    was sampled, END and void tokens too), the action, whether it was void, ``n_policy`` (tokens the policy
+    sampled: ``policy_mask``, the ones the loss touches), ``n_grammar`` (policy-side tokens not sampled: END
+    written by the grammar, a scripted player's tokens), ``n_env`` (observation tokens), the reward and the state
+    key. The prompt (``len(ro.episodes[row].prompt)`` tokens) is in no turn, so
+    ``prompt + sum(n_policy + n_grammar + n_env) == len(flat_view(ro, row)["tokens"])``."""
     labels = token_labels(ro, row, core)
     b = ro.batch
-    tid = b.turn_id[row].cpu().numpy()
-    pm = b.policy_mask[row].cpu().numpy()
-    first = int(np.argmax(pm)) if pm.any() else len(pm)
+    tid, pm = b.turn_id[row].cpu().numpy(), b.policy_mask[row].cpu().numpy()
+    kinds, first = token_kinds(ro, row), len(ro.episodes[row].prompt)
+    obs = KINDS.index("obs")
     acts = turn_actions(ro, row)
     rows = []
     for k, t in enumerate(ro.episodes[row].turns):
         pos = np.flatnonzero(tid == k)
         pos = pos[pos >= first]                                                # drop the prompt (turn 0)
-        pol = [labels[p] for p in pos if pm[p]]
-        env = [labels[p] for p in pos if not pm[p]]
-        rows.append({"turn": k, "policy": " ".join(pol),
+        side = [p for p in pos if kinds[p] != obs]
+        rows.append({"turn": k, "policy": " ".join(labels[p] for p in side),
                      "action": "VOID" if acts[k] == VOID else (core.action_text(acts[k]) if core else str(acts[k])),
-                     "void": bool(t.void), "n_policy": len(pol), "n_env": len(env), "obs": " ".join(env),
+                     "void": bool(t.void), "n_policy": int(pm[side].sum()), "n_grammar": int((~pm[side]).sum()),
+                     "n_env": len(pos) - len(side), "obs": " ".join(labels[p] for p in pos if kinds[p] == obs),
                      "reward": float(t.reward), "state_key": int(t.key) % 10007})
     return rows
 
@@ -202,15 +205,15 @@ def _short(label: str) -> str:
     return label[:6]
 
 
-#: the token kinds in the legend, in reading order (the policy side's kinds together)
-LEGEND_KINDS = ("prompt", "think", "end", "action", "void", "obs")
+LEGEND_KINDS = ("prompt", "think", "end", "action", "void", "obs")   #: the legend's kinds, in reading order
 
 
 def _cell() -> tuple[float, float]:
     """(width, height) in inches of one token cell in the active style: wide enough for a 6-letter label at
-    the cell font (``font_size("cell")``, 9 pt in "notebook"), so text and cells grow together."""
+    the cell font (``font_size("cell")``, 9 pt in "notebook"), so text and cells grow together; a line is
+    twice the font's height, so a 9-line turn view and a 5-line flat row fit a slide."""
     pt = font_size("cell")
-    return 5.0 * pt / 72, 3.0 * pt / 72
+    return 5.0 * pt / 72, 2.0 * pt / 72
 
 
 def _strip(ax, kinds: np.ndarray, labels: list, y: float = 0.0, x0: int = 0) -> None:
@@ -252,30 +255,32 @@ def _flat_strip(ax, kinds: np.ndarray, labels: list, tid: np.ndarray, per_line: 
 def plot_flat_vs_turns(ro: Rollout, row: int = 0, core=None, *, max_tokens: int = 80,
                        per_line: Optional[int] = None, played_by: Optional[str] = None):
     """Top: the flat token sequence of row ``row`` coloured by kind (END, the toy's ``</think>``, its own
-    colour), read like text: ``per_line`` tokens a line (default: what fits 15 in, 24 in "notebook"), turn
+    colour), read like text: ``per_line`` tokens a line (default: what fits a 10 in figure in the style), turn
     boundaries dashed; the first ``max_tokens`` tokens. Bottom: the same tokens
     re-laid one turn per line (what the env saw), prompt first; a line longer than the panel names its length.
     The title names ``rollout_setting(ro, core, played_by)`` and the row. Token labels are at the style's
     cell font (9 pt in "notebook"); ``style="slides"`` for a room."""
     view = flat_view(ro, row)
-    per_line = per_line or max(8, int(15 / _cell()[0]))
+    per_line = per_line or max(8, int((figsize(10, 1)[0] - 1.8) / _cell()[0]))
     labels = [lab for lab in token_labels(ro, row, core) if lab][:max_tokens]
     kinds, tid = view["kind"][:max_tokens], view["turn_id"][:max_tokens]
-    first = min(len(ro.episodes[row].prompt), len(kinds))                   # the prompt ends where turn 0 starts
+    n_prompt = len(ro.episodes[row].prompt)
+    first = min(n_prompt, len(kinds))                                       # the prompt ends where turn 0 starts
     lines = [np.arange(first)] + [np.flatnonzero((tid == k) & (np.arange(len(tid)) >= first))
                                  for k in range(int(tid.max()) + 1 if len(tid) else 0)]
-    cols = max(min(max(len(kinds), 1), per_line), 12)
+    cols = max(min(max(len(kinds), 1), per_line), 10)
     (cw, ch), n_flat = _cell(), max(1, -(-len(kinds) // per_line))
     top_h, bot_h = 0.5 + ch * n_flat, 0.5 + ch * len(lines)
-    fig, (top, bot) = subplots(2, 1, size=(1.8 + cw * cols, top_h + bot_h + 1.6),
+    fig, (top, bot) = subplots(2, 1, size=(max(1.8 + cw * cols, figsize(10, 1)[0]), top_h + bot_h + 1.2),
                                gridspec_kw={"height_ratios": [top_h, bot_h]}, layout="constrained")
     _flat_strip(top, kinds, labels, tid, per_line)
     shown = f", the first {len(kinds)}" if len(kinds) < len(view["tokens"]) else ""
     top.set_xlabel(f"flat row: token position t, {per_line} a line{shown} (dashed: turn boundaries)",
                    fontsize=font_size("label"))
-    top.set_title(f"flat view: row {row}, {len(view['tokens'])} tokens "
-                  f"({int(view['policy_mask'].sum())} policy, {int((view['kind'] == 5).sum())} env)",
-                  fontsize=font_size("title"))
+    n_pol, n_env = int(view["policy_mask"].sum()), int((view["kind"] == KINDS.index("obs")).sum())
+    top.set_title(f"flat view: row {row}, {len(view['tokens'])} tokens = {n_prompt} prompt + {n_pol} sampled by the "
+                  f"policy + {len(view['tokens']) - n_prompt - n_pol - n_env} written for it + {n_env} env",
+                  fontsize=font_size("title"), wrap=True)
     for j, pos in enumerate(lines):
         _strip(bot, kinds[pos], [labels[p] for p in pos], y=-j)
     bot.set_xlim(0, cols)
@@ -296,17 +301,16 @@ def plot_flat_vs_turns(ro: Rollout, row: int = 0, core=None, *, max_tokens: int 
 
 @styled
 def plot_turn_strips(ro: Rollout, core=None, *, rows: Optional[list] = None, max_turns: int = 8,
-                     max_tokens: int = 12, played_by: Optional[str] = None):
-    """One panel per row (two a line): one strip per turn, policy tokens vs env tokens, how long each turn
-    is (the first ``max_tokens`` shown) and where void turns happen. The title names ``rollout_setting``."""
-    rows = list(range(min(ro.batch.B, 4))) if rows is None else list(rows)
-    ncols = min(2, len(rows))
-    nrows = -(-len(rows) // ncols)
+                     max_tokens: Optional[int] = None, played_by: Optional[str] = None):
+    """One panel per row (default rows 0 and 1), one above the other: one strip per turn, policy tokens vs env
+    tokens, how long each turn is (the first ``max_tokens`` shown; default: what fits a 10 in figure in the
+    style) and where void turns happen. The title names ``rollout_setting``."""
+    rows = list(range(min(ro.batch.B, 2))) if rows is None else list(rows)
+    ncols, nrows = 1, len(rows)
     cw, ch = _cell()
-    fig, axes = subplots(nrows, ncols, size=(ncols * (1.3 + cw * max_tokens), nrows * (0.9 + ch * max_turns) + 1.4),
-                         sharey=True, squeeze=False, layout="constrained")
-    for ax in axes.flat[len(rows):]:
-        fig.delaxes(ax)
+    max_tokens = max_tokens or max(4, int((figsize(10, 1)[0] - 1.3) / cw))
+    fig, axes = subplots(nrows, ncols, size=(1.3 + cw * max_tokens, nrows * (0.9 + ch * max_turns) + 1.6),
+                         sharex=True, squeeze=False, layout="constrained")
     for j, (ax, r) in enumerate(zip(axes.flat, rows)):
         view, labels = flat_view(ro, r), [lab for lab in token_labels(ro, r, core) if lab]
         tid, first = view["turn_id"], len(ro.episodes[r].prompt)
@@ -317,7 +321,6 @@ def plot_turn_strips(ro: Rollout, core=None, *, rows: Optional[list] = None, max
         ax.set_ylim(-max_turns + 1, 1)
         ax.set_yticks([-k + 0.45 for k in range(max_turns)])
         ax.set_yticklabels([f"turn {k}" for k in range(max_turns)], fontsize=font_size("tick"))
-        ax.yaxis.set_visible(j % ncols == 0)                                 # shared turns: labelled once a line
         ax.set_ylabel("turn", fontsize=font_size("label"))
         ax.set_xticks([])
         ax.set_xlabel(f"token within the turn (first {max_tokens})", fontsize=font_size("label"))
@@ -337,11 +340,12 @@ def rollout_figure(env: str = "gridworld", row: int = 0, seed: int = 0, policy: 
 
 
 @styled
-def plot_training(log, keys=("reward_mean", "success_rate", "reward_std", "entropy", "turns_per_episode",
-                             "void_turn_rate"), window: int = 5):
-    """The curves of a training RunLog (one panel per key, grey raw, dark smoothed over ``window`` steps),
-    titled with ``run_setting(log.config)`` (a list of rows without a config: the number of steps)."""
+def plot_training(log, keys=("reward_mean", "reward_std", "entropy", "turns_per_episode"), window: int = 5):
+    """The curves of a training RunLog (one panel per key, grey raw, dark smoothed over ``window`` steps, two
+    panels a line), titled with ``run_setting(log.config)`` (a list of rows without a config: the number of
+    steps). The default keys leave out ``success_rate`` (equal to ``reward_mean`` where the reward is 1 at the
+    goal and 0 elsewhere) and ``void_turn_rate`` (0 under the turn grammar): pass them where they differ."""
     config = getattr(log, "config", None)
     setting = run_setting(config) if config else f"training log, {len(log_columns(log, ['step'])['step'])} steps"
-    smoothed = f" (dark line: mean of the last {window} steps)" if window > 1 else ""
-    return plot_log(log, list(keys), window=window, ncols=3, title=setting + smoothed)
+    smoothed = f"\n(dark line: mean of the last {window} steps)" if window > 1 else ""
+    return plot_log(log, list(keys), window=window, ncols=2, title=setting + smoothed)
