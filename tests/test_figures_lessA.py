@@ -18,7 +18,7 @@ def slides():
     matplotlib.pyplot.close("all")
 
 
-def projectable(fig, *setting):
+def assert_slide(fig, *setting):
     assert fig.get_size_inches()[0] <= style.figsize(10, 1)[0] + 1e-6, fig.get_size_inches()
     assert_projectable(fig)
     assert_figure_standard(fig, *setting)
@@ -26,10 +26,10 @@ def projectable(fig, *setting):
 
 def test_lesson00_figures():
     ro, core, _ = trajectory.sample_rollout("gridworld", n=4, seed=0)
-    projectable(trajectory.plot_flat_vs_turns(ro, 3, core), "GridWorld 4x4", "row 3")
+    assert_slide(trajectory.plot_flat_vs_turns(ro, 3, core), "GridWorld 4x4", "row 3")
     ro, core, _ = trajectory.sample_rollout("mock_search", n=4, seed=1, policy="expert")
-    projectable(trajectory.plot_turn_strips(ro, core, max_turns=3), "MockSearch", "rows 0, 1")
-    projectable(trajectory.rollout_figure(row=3), "GridWorld 4x4", "untrained tiny policy")
+    assert_slide(trajectory.plot_turn_strips(ro, core, max_turns=3), "MockSearch", "rows 0, 1")
+    assert_slide(trajectory.rollout_figure(row=3), "GridWorld 4x4", "untrained tiny policy")
 
 
 def test_lesson01_figures():
@@ -37,34 +37,34 @@ def test_lesson01_figures():
     names = ["grpo", "rloo", "dr_grpo", "turn_gae", "spa", "gigpo"]
     adv = credit_batch.all_advantages(cb, names)
     fig = credit.plot_estimators(adv, cb.mask, names, success=cb.success, setting=cb.setting, shared=False)
-    projectable(fig, cb.setting, "turn advantages per estimator")
-    projectable(credit.plot_anchor_map(cb), cb.setting, "anchor states")
-    projectable(credit.credit_panel(), cb.setting, "anchor states")
+    assert_slide(fig, cb.setting, "turn advantages per estimator")
+    assert_slide(credit.plot_anchor_map(cb), cb.setting, "anchor states")
+    assert_slide(credit.credit_panel(), cb.setting, "anchor states")
 
 
 def test_lesson02_figures():
     runs = echo.load_runs()
     fig = echo.plot_echo(runs[("grpo", 0)], title="GRPO, aggressive setting, seed 0")
-    projectable(fig, "GRPO", "seed 0")
+    assert_slide(fig, "GRPO", "seed 0")
     mi = fig.axes[2]                                      # the template MI on its own axis, not a 0-3 nat one
     y = mi.get_lines()[0].get_ydata()
     lo, hi = mi.get_ylim()
     assert (np.nanmax(y) - np.nanmin(y)) > 0.5 * (hi - lo)
-    projectable(echo.echo_panel(), "grpo", "seed 0")
-    projectable(blind.plot_claim_run("grpo", 0), "blind T-maze", "seed 0")
-    projectable(blind.plot_claim_run("kl", 1), "blind T-maze", "kl")
+    assert_slide(echo.echo_panel(), "grpo", "seed 0")
+    assert_slide(blind.plot_claim_run("grpo", 0), "blind T-maze", "seed 0")
+    assert_slide(blind.plot_claim_run("kl", 1), "blind T-maze", "kl")
 
 
 def test_lesson13_figures():
     critic = horizon.ledger_series("turn_critic")
     fig = horizon.plot_arm_runs({a: list(r.values()) for a, r in critic.items()}, "success_rate", smooth_w=3,
                                 title="snake 7x7 (30 turns), ledger turn_critic")
-    projectable(fig, "snake 7x7")
+    assert_slide(fig, "snake 7x7")
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "turn_ppo (identical to turn_gae)" in labels                     # said, and drawn dashed
     dashed = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("turn_ppo")]
     assert dashed and dashed[0].get_linestyle() != "-"
-    projectable(horizon.plot_horizon("s9", horizon.ledger_series()), "snake 9x9")
+    assert_slide(horizon.plot_horizon("s9", horizon.ledger_series()), "snake 9x9")
 
 
 def test_plot_arm_runs_keeps_distinct_arms_solid():

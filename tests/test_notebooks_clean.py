@@ -34,7 +34,7 @@ def test_outputs_stripped_and_kernelspec(path):
 def test_structure(path):
     src = "\n".join(code(path))
     assert "SMOKE" not in src and "os.environ" not in src, "no short CI version: the defaults are what runs"
-    assert re.search(r"^\s*use\(\s*[\"']slides[\"']\s*\)", src, flags=re.M), "use(\"slides\") before the first figure"
+    assert re.search(r"(?:^|;)\s*use\(\s*[\"']slides[\"']\s*\)", src, flags=re.M), "use(\"slides\") before the first figure"
     assert "assert " in src, "claims are checked by asserts"
     assert len(re.findall(r"check\(\s*[\"']\d\d\.", src)) >= 2, "2-3 exercises checked by toyrl.exercises.check"
     assert (ROOT / "solutions" / path.name).exists(), "a solution copy"

@@ -4,12 +4,11 @@ Dimension legend: B rollouts, T flat token positions, H turns.
 
 A trajectory is ``prompt, a_1, o_1, a_2, o_2, ...``: policy tokens ``a_k`` (thinking tokens then
 one action token, or an EOT = a void turn) interleaved with environment tokens ``o_k``. The
-trainer sees it *flat* (one (T,) row of a ``TurnBatch``); the environment sees it *by turn* (a
-table with one row per turn). This module computes both views of one row, and draws them.
+trainer sees it *flat* (one (T,) row of a ``TurnBatch``); the environment sees it *by turn* (one row
+per turn). This module computes both views of one row, and draws them.
 
     ro, core, codec = sample_rollout("gridworld", n=4, seed=0)
-    table = turns_table(ro, row=0, core=core)       # list of dicts, one per turn
-    fig = plot_flat_vs_turns(ro, row=0, core=core)   # flat strip above, one strip per turn below, setting in the title
+    table, fig = turns_table(ro, row=0, core=core), plot_flat_vs_turns(ro, row=0, core=core)   # a row per turn; strips
 """
 from __future__ import annotations
 
