@@ -111,3 +111,20 @@ def test_lesson_prose_has_no_results_history_or_smoke(path):
 def test_lesson_opens_with_a_teachers_box(path):
     cells = json.loads(path.read_text())["cells"]
     assert teacher_box_missing(cells) == [], f"{path.name}: the second cell's teacher's box lacks {teacher_box_missing(cells)}"
+
+
+def glossary_anchors(text: str) -> set[str]:
+    """The anchors of a markdown file's level-2 headings, as GitHub and JupyterLab make them from a lowercase
+    heading: spaces to hyphens. Example: "## template collapse" -> {"template-collapse"}."""
+    return {h.strip().replace(" ", "-") for h in re.findall(r"^## (.+)$", text, flags=re.M)}
+
+
+def test_glossary_anchors_from_headings():
+    assert glossary_anchors("# Glossary\n## template collapse\ntext\n## grpo\n") == {"template-collapse", "grpo"}
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_glossary_link_has_its_entry(path):
+    anchors = glossary_anchors((path.parent / "GLOSSARY.md").read_text())
+    links = set(re.findall(r"GLOSSARY\.md#([\w\-]+)", path.read_text()))
+    assert links <= anchors, f"{path.name} links to glossary entries that do not exist: {sorted(links - anchors)}"
