@@ -184,7 +184,8 @@ _SETTLED = """since => {
   const t = window.__toyrl, s = t.sent.slice(since);
   const busy = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputPrompt')]
                  .some(e => e.textContent.includes('*'));
-  return !busy && s.length > 0 && s.every(x => t.done[x.id] !== undefined
+  const aborted = x => t.reply[x.id] && t.reply[x.id].status === 'aborted';   // queued after an error: no idle
+  return !busy && s.length > 0 && s.every(x => (t.done[x.id] !== undefined || aborted(x))
                                                 && (x.type !== 'execute_request' || t.reply[x.id]));
 }"""
 
@@ -199,11 +200,12 @@ _ENUMERATE = """sel => {
     e.setAttribute('data-toyrl-ctl', String(i));
     const kind = ['dropdown', 'select', 'slider', 'checkbox', 'toggle-buttons', 'radio', 'button', 'toggle-button',
                   'text'].find(k => e.classList.contains('widget-' + k));
-    const lab = e.querySelector('.widget-label, .widget-label-basic');
+    const lab = [...e.querySelectorAll('.widget-label-basic, .widget-label')]     // a checkbox: its own label
+                  .find(l => l.textContent.replace(/\u200b/g, '').trim());
     const panel = e.closest('.widget-interact');
     const cell = e.closest('.jp-Cell');
     return {i, kind, cell: cells.indexOf(cell), has_panel: !!(panel || cell.querySelector('.widget-output')),
-            label: ((lab && lab.textContent.trim()) || e.textContent.trim()).slice(0, 40),
+            label: ((lab && lab.textContent.trim()) || e.textContent.replace(/\u200b/g, '').trim()).slice(0, 40),
             panel: panel ? [...nb.querySelectorAll('.widget-interact')].indexOf(panel) : -1};
   });
   const loose = [...nb.querySelectorAll('.jp-OutputArea-output')].flatMap(o =>
@@ -303,16 +305,21 @@ class Report:
     total_s: float = 0.0
 
 
-def run_all(page, sources: list, report: Report, limit_s: float = RUN_ALL_LIMIT_S) -> None:
-    """Run > Run All Cells; wait for every cell's reply; record times and each cell's errors and warnings."""
+def run_all(page, sources: list, report: Report, limit_s: float = RUN_ALL_LIMIT_S) -> bool:
+    """Run > Run All Cells; wait for every cell's reply; record times and each cell's errors and warnings.
+    False when it did not finish within ``limit_s``."""
     since = _mark(page)
     t0 = time.time()
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-    if not _settle(page, since, limit_s):
-        report.findings.append(f"Run All did not finish in {limit_s:.0f} s")
+    finished = _settle(page, since, limit_s)
     report.run_all_s = time.time() - t0
     got = _since(page, since)
+    if not finished:
+        waiting = [sources.index(x["code"]) if x["code"] in sources else -1 for x in got["sent"]
+                   if x["type"] == "execute_request" and not got["reply"][x["id"]]]
+        report.findings.append(f"Run All did not finish in {limit_s:.0f} s (cell {waiting[0] if waiting else '?'}"
+                               f" still running, {len(waiting)} cells without a reply)")
     prev = min([x["t"] for x in got["sent"]], default=0.0)
     for x in got["sent"]:
         if x["type"] != "execute_request":
@@ -324,6 +331,7 @@ def run_all(page, sources: list, report: Report, limit_s: float = RUN_ALL_LIMIT_
             prev = end
         report.findings += [f"cell {cell}: {f}" for f in output_findings(got["out"][x["id"]])]
     _check_page(page, report, "after Run All")
+    return finished
 
 
 def _check_page(page, report: Report, when: str, timeout_s: float = 60, labels: bool = True) -> None:
@@ -445,8 +453,8 @@ def check_notebook(browser, lab: Lab, path: Path, redraw_limit_s: float = REDRAW
                for c in json.loads(path.read_text())["cells"]]
     page = open_notebook(browser, lab.url, path.name)
     try:
-        run_all(page, sources, report)
-        change_controls(page, report, redraw_limit_s)
+        if run_all(page, sources, report):                   # a kernel still busy would answer no control
+            change_controls(page, report, redraw_limit_s)
         if shot is not None:
             page.screenshot(path=str(shot), full_page=False)
     finally:

@@ -71,7 +71,8 @@ def browser(lab):
 
 @pytest.fixture(scope="module")
 def times(request):
-    """Collects each lesson's report; prints the time table at the end of the module."""
+    """Collects each lesson's report (written to $TOYRL_BROWSER_REPORT after each lesson, when set); prints the
+    time table at the end of the module."""
     reports = []
     yield reports
     if not reports:
@@ -83,9 +84,6 @@ def times(request):
         with cap.global_and_fixture_disabled():               # shown even when the tests pass
             for line in ["", "browser test, seconds per lesson:"] + lines:
                 tr.write_line(line)
-    out = os.environ.get("TOYRL_BROWSER_REPORT")
-    if out:
-        Path(out).write_text(json.dumps([dataclasses.asdict(r) for r in reports], indent=1))
 
 
 @pytest.mark.parametrize("lesson", SELECTED, ids=[p.stem for p in SELECTED])
@@ -93,6 +91,9 @@ def test_lesson_in_browser(lab, browser, times, lesson):
     shot = lab.tmp / f"{lesson.stem}.png"
     report = check_notebook(browser, lab, lab.root / lesson.name, shot=shot)
     times.append(report)
+    out = os.environ.get("TOYRL_BROWSER_REPORT")
+    if out:
+        Path(out).write_text(json.dumps([dataclasses.asdict(r) for r in times], indent=1))
     if lesson.name.startswith("02_") and os.environ.get("TOYRL_SAVE_SCREENSHOT") == "1":
         (ROOT / "docs").mkdir(exist_ok=True)
         shutil.copy(shot, ROOT / "docs" / "echo_trap.png")
