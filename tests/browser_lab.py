@@ -353,7 +353,8 @@ def cut_labels(page) -> list:
     """'text (scrollWidth > clientWidth px)' of every visible widget label whose text overflows its box."""
     return _nb(page).locator(".widget-label, .widget-label-basic").evaluate_all(
         "els => els.filter(e => e.offsetParent !== null && e.textContent.trim()"
-        " && e.scrollWidth > e.clientWidth + 1).map(e => `${e.textContent.trim()} (${e.scrollWidth} > ${e.clientWidth} px)`)")
+        " && e.scrollWidth > e.clientWidth + 1)"
+        ".map(e => `${e.textContent.trim()} (${e.scrollWidth} > ${e.clientWidth} px)`)")
 
 
 def _act(page, c: dict) -> str | None:

@@ -7,8 +7,9 @@ a redraw takes more than 10 s (``browser_lab.REDRAW_LIMIT_S``). One JupyterLab s
 whole module (``browser_lab.Lab``: copies of the lessons in a temp dir); each lesson's kernel is shut down after it.
 A time table (Run All, slowest cell, slowest redraw per lesson) is printed at the end, and written as JSON to
 ``$TOYRL_BROWSER_REPORT`` when set. ``TOYRL_BROWSER_LESSONS=01,02`` runs only those lessons; a screenshot of lesson 02
-goes to ``docs/echo_trap.png`` when TOYRL_SAVE_SCREENSHOT=1. Skips, with the reason, where Chromium, playwright
-or JupyterLab is missing.
+goes to ``docs/echo_trap.png`` when TOYRL_SAVE_SCREENSHOT=1. ``TOYRL_BROWSER_RUN_ALL_S`` (default 360) bounds one
+Run All. Skips, with the reason, where Chromium, playwright or JupyterLab is missing; fails instead when
+TOYRL_LESSONS_IN_BROWSER=1 says that the lessons are left to this test (nbval then does not run them).
 
 ``test_checks_can_fail`` runs a throwaway notebook whose panels fail each check once (blank, warning, error, slow,
 a cut label) and asserts that each is reported, and that the good panel is not.
@@ -42,7 +43,8 @@ SELF_TEST = [
     "def blank(x=1):\n    fig = Figure(); fig.add_subplot().plot([0, x]); return fig\n"
     "w.interactive(blank, x=(0, 3))",
     "def warn(x=1):\n    print(x)\n    if x != 1:\n        warnings.warn('toy caution')\nw.interactive(warn, x=(0, 3))",
-    "def fail(x=1):\n    print(x)\n    if x != 1:\n        raise ValueError('toy failure')\nw.interactive(fail, x=(0, 3))",
+    "def fail(x=1):\n    print(x)\n    if x != 1:\n        raise ValueError('toy failure')\n"
+    "w.interactive(fail, x=(0, 3))",
     "def slow(x=1):\n    time.sleep(0 if x == 1 else 2.5)\n    print(x)\nw.interactive(slow, x=(0, 3))",
     f"w.VBox([w.IntSlider(description={LONG!r}), w.IntSlider(description='fits')])",
     "print('a note', file=sys.stderr)",
@@ -53,6 +55,8 @@ SELF_TEST = [
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     reason = skip_reason()
+    if reason and os.environ.get("TOYRL_LESSONS_IN_BROWSER") == "1":
+        pytest.fail(f"TOYRL_LESSONS_IN_BROWSER=1 (nbval leaves the lessons to this test) but {reason}")
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("lab")
