@@ -70,7 +70,7 @@ def sandbox(tmp_path):
     log = tmp_path / "calls.log"
     env = {k: v for k, v in os.environ.items()
            if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON", "CI", "PYTHONPATH", "OMP_NUM_THREADS")}
-    env.update(PATH=f"{stubs}:/usr/bin:/bin", STUB_LOG=str(log))
+    env.update(PATH=f"{stubs}:/usr/bin:/bin", STUB_LOG=str(log), TOYRL_CHROMIUM=str(tmp_path / "no-chromium"))
 
     def run(*args, **extra):
         r = subprocess.run(["bash", str(work / "setup.sh"), *args], capture_output=True, text=True, timeout=60,
@@ -132,3 +132,17 @@ def test_an_active_environment_is_used_as_it_is(sandbox, var, tmp_path):
     assert not (work / ".venv").exists() and "setup.sh:" not in r.stdout
     assert calls and all(c.startswith(f"{stubs}/python3 ") for c in calls)
     assert not any("-m venv" in c for c in calls) and calls[-1].endswith("-m toyrl demo")
+
+
+def test_with_chromium_the_lessons_run_in_the_browser_and_nbval_runs_their_solutions(sandbox, tmp_path):
+    work, _, run = sandbox
+    chromium = tmp_path / "chromium"
+    chromium.write_text("#!/bin/sh\n")
+    chromium.chmod(0o755)
+    run("test", TOYRL_CHROMIUM=str(chromium))                            # makes the venv
+    r, calls = run("test", TOYRL_CHROMIUM=str(chromium))
+    assert r.returncode == 0, r.stderr
+    assert "setup.sh: lessons run in the browser test (Chromium), their solution copies under nbval" in r.stdout
+    assert calls[-2].endswith("-m pytest -n auto --dist loadfile --ignore=tests/test_browser.py "
+                              "--ignore=tests/test_parallel.py --ignore-glob=notebooks/[0-9][0-9]_*.ipynb")
+    assert calls[-1].endswith("-m pytest tests/test_browser.py tests/test_parallel.py")
