@@ -125,18 +125,24 @@ def sampling_speed(tr, reps: int = 2) -> dict:
                 fn()
                 best[k] = min(best[k], time.perf_counter() - t0)
     n = ctx.shape[0] * REPLY
-    return {"gen_tok_s": n / best["toyrl"], "hf_generate_tok_s": n / best["hf"], "gen_over_hf": best["hf"] / best["toyrl"]}
+    return {"gen_tok_s": n / best["toyrl"], "hf_generate_tok_s": n / best["hf"],
+            "gen_over_hf": best["hf"] / best["toyrl"]}
 
 
-def measure(steps: int, bc_steps: int, lora_r: int = 0, seed: int = 0, policy: str = "smollm2") -> dict:
-    """The multi-turn figures (see the module docstring) from one Trainer."""
+def measure(steps: int, bc_steps: int, lora_r: int = 0, seed: int = 0, policy: str = "smollm2",
+            grad_ckpt: bool = False) -> dict:
+    """The multi-turn figures (see the module docstring) from one Trainer; ``grad_ckpt``: the model's blocks
+    recompute their activations in backward (``gradient_checkpointing_enable``) instead of keeping them."""
     import numpy as np
     import torch
     from toyrl.rollout.engine import recompute_logp
     from toyrl.train import TrainConfig, Trainer
     tr = Trainer(TrainConfig(**{**SETTING, "policy": policy}, lora_r=lora_r, bc_steps=bc_steps, steps=steps,
                              seed=seed, progress=False))
-    out = {"valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns)}
+    if grad_ckpt:
+        tr.policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    out = {"valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns),
+           "lora_r": lora_r, "grad_ckpt": grad_ckpt}
     if bc_steps:
         t0 = time.perf_counter()
         out["bc_losses"] = tr.behaviour_clone(bc_steps)
@@ -234,13 +240,16 @@ def peer(policy: str, path: str, steps: int, threads: int) -> dict:
 def report(m: dict, threads: int) -> str:
     """The benchmark's printed lines, a markdown table of the figures the README quotes among them."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    lines = [f"SmolLM2-135M on bandit_chain, batch 8 (2 x 4), KV cache across turns, {threads} thread(s), "
-             f"load {load:.2f}", f"format-valid turns before the warm start: {m['valid_before']:.2f}"]
+    lines = [f"SmolLM2-135M on bandit_chain, batch 8 (2 x 4), KV cache across turns, "
+             f"{'LoRA r=' + str(m['lora_r']) if m['lora_r'] else 'full fine-tune'}"
+             f"{', gradient checkpointing' if m['grad_ckpt'] else ''}, {threads} thread(s), load {load:.2f}",
+             f"format-valid turns before the warm start: {m['valid_before']:.2f}"]
     if "valid_after" in m:
         lines.append(f"after {len(m['bc_losses'])} BC steps ({m['bc_s_per_step']:.1f} s each, loss "
                      f"{m['bc_losses'][0]:.2f} -> {m['bc_losses'][-1]:.2f}): {m['valid_after']:.2f}")
     pk = m["peak_gb"]
-    rows = [(f"multi-turn rollout ({m['max_turns']} turns at most)", f"{m['gen_s']:.1f} s, {m['tok_per_s']:.1f} tok/s", f"{pk['rollout']:.2f}"),
+    rows = [(f"multi-turn rollout ({m['max_turns']} turns at most)", f"{m['gen_s']:.1f} s, {m['tok_per_s']:.1f} tok/s",
+             f"{pk['rollout']:.2f}"),
             ("multi-turn update (recompute + backward + AdamW)", f"{m['update_s']:.1f} s", f"{pk['update']:.2f}"),
             ("teacher-forced forward, same batch", f"{m['forward_s']:.1f} s "
              f"(update = {m['update_over_forward']:.1f}x)", ""),
@@ -264,6 +273,7 @@ def main(argv=None) -> dict:
     p.add_argument("--bc-steps", type=int, default=8, help="behaviour-cloning steps of the warm start (0: none)")
     p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: every weight trains)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, pinned")
+    p.add_argument("--grad-ckpt", action="store_true", help="recompute the blocks' activations in backward")
     p.add_argument("--peer-steps", type=int, default=2, help="single-turn steps of toyrl and of TRL (best is reported)")
     p.add_argument("--no-peer", action="store_true", help="skip the single-turn toyrl / TRL comparison")
     p.add_argument("--policy", default="smollm2", help=argparse.SUPPRESS)      # tests: a tiny hf:DIR model
@@ -286,7 +296,7 @@ def main(argv=None) -> dict:
         print("RESULT " + json.dumps(r))
         return r
     from toyrl.policies.zoo import ZOO, resolve_model
-    m = measure(a.steps, a.bc_steps, a.lora_r, policy=a.policy)
+    m = measure(a.steps, a.bc_steps, a.lora_r, policy=a.policy, grad_ckpt=a.grad_ckpt)
     if not a.no_peer:
         path = resolve_model(a.policy) if a.policy in ZOO else a.policy[len("hf:"):]
         m["peer"] = peer(a.policy, str(path), a.peer_steps, a.threads)
