@@ -79,3 +79,39 @@ def test_gpu_bench_smollm2_runs_lora_and_full(monkeypatch, capsys, tmp_path):
     assert [c[4] for c in calls] == [{"device": "cpu", "lora_r": 8}, {"device": "cpu", "lora_r": 0}]
     out = capsys.readouterr().out
     assert "generation 1.00 s, update 2.00 s; 100 steps 5.0 min; success last 10 steps 0.50" in out
+
+
+def test_smollm2_bench_report_structure(tmp_path, capsys):
+    """The SmolLM2 bench on a tiny random GPT-2 (hf:DIR): one run gives each phase's time and peak memory,
+    HFPolicy.generate beside model.generate, the update beside the forward, and both single-turn steps."""
+    pytest.importorskip("transformers")
+    from test_hf_policy import make_local_model
+    from toyrl.lab.bench import smollm2
+    path = make_local_model(tmp_path / "m", "gpt2", chat=True, n_positions=2048)
+    m = smollm2.main(["--policy", f"hf:{path}", "--steps", "1", "--bc-steps", "0", "--threads", "1",
+                      "--peer-steps", "1"])
+    assert set(m["peak_gb"]) == {"rollout", "update"} and all(v > 0.05 for v in m["peak_gb"].values())
+    assert m["gen_tok_s"] > 0 and m["hf_generate_tok_s"] > 0
+    assert m["gen_over_hf"] == pytest.approx(m["gen_tok_s"] / m["hf_generate_tok_s"])
+    assert m["update_over_forward"] == pytest.approx(m["update_s"] / m["forward_s"])
+    tr, toy = m["peer"]["trl"], m["peer"]["toyrl"]
+    assert toy["step_s"] > 0 and toy["peak_gb"] > 0.05 and len(toy["prompts"]) == 2
+    assert ("error" in tr) != ("step_s" in tr)                   # a time and a peak, or why TRL did not run
+    out = capsys.readouterr().out
+    assert "| multi-turn rollout (8 turns at most) |" in out and "model.generate, same prompts" in out
+    assert "single-turn GRPO step, toyrl (own process)" in out and "TRL GRPOTrainer" in out
+    assert "load " in out and "1 thread(s)" in out
+
+
+def test_peak_rss_reset_and_phases():
+    """A phase's peak covers what it allocated; the next phase's mark starts again from the current size."""
+    import numpy as np
+    from toyrl.lab.bench.smollm2 import PhaseMeter, peak_rss_gb
+    meter = PhaseMeter()
+    with meter.phase("big"):
+        a = np.ones(50_000_000)                                  # 400 MB touched
+        del a
+    with meter.phase("small"):
+        np.ones(1000).sum()
+    assert meter.peak_gb["big"] - meter.peak_gb["small"] > 0.3 and meter.peak_gb["small"] <= peak_rss_gb() + 0.01
+    assert set(meter.seconds) == {"big", "small"}

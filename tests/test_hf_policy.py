@@ -23,7 +23,7 @@ CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext
         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
-def make_local_model(path, kind="gpt2", chat=False):
+def make_local_model(path, kind="gpt2", chat=False, n_positions=1024):
     """Save a randomly initialized tiny causal LM and a byte-level BPE tokenizer (trained on a few
     env strings) to ``path``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -41,7 +41,7 @@ def make_local_model(path, kind="gpt2", chat=False):
     ids = dict(vocab_size=len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)
     if kind == "gpt2":
-        model = GPT2LMHeadModel(GPT2Config(n_positions=1024, n_embd=32, n_layer=2, n_head=2, **ids))
+        model = GPT2LMHeadModel(GPT2Config(n_positions=n_positions, n_embd=32, n_layer=2, n_head=2, **ids))
     else:
         model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                              num_attention_heads=2, num_key_value_heads=1,

@@ -24,13 +24,14 @@ transformer in ``toy.py``; a Hugging Face adapter follows the same protocol.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 __all__ = ["Generation", "TokenPolicy", "positions_from_mask", "prev_valid_index", "masked_log_softmax",
-           "allowed_at", "Decode", "sample_step"]
+           "allowed_at", "Decode", "sample_step", "score_tokens", "LOGIT_BUDGET"]
 
 
 @dataclass
@@ -209,19 +210,62 @@ def masked_log_softmax(logits: Tensor, allowed: Optional[Tensor] = None,
     return logp, ent
 
 
-def teacher_forced(logits: Tensor, tokens: Tensor, attn_mask: Tensor, pad_id: int,
-                   allowed: Optional[Tensor] = None, temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
-    """Log-prob and entropy (B, T) of each token under the logits (B, T, V) of its previous real position.
+LOGIT_BUDGET = 1 << 22
+"""most logits (rows x V) one chunk of ``score_tokens`` holds at once: 16 MB in fp32 (SmolLM2, V = 49152: 85 rows)"""
 
-        logp[b, t] = log softmax(logits[b, prev(t)] / temperature | allowed[b, t])[tokens[b, t]]
 
-    0 at padding and at each row's first real token. Shared by every ``TokenPolicy.logprobs``.
+def score_tokens(hidden: Tensor, head: Callable[[Tensor], Tensor], tokens: Tensor, attn_mask: Tensor, *,
+                 allowed: Optional[Tensor] = None, temperature: float = 1.0,
+                 chunk: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    """Teacher-forced log-prob and entropy (B, T) of each token, from the final hidden states (B, T, d) and
+    the LM head, without the (B, T, V) logits: the shared ``TokenPolicy.logprobs`` of every policy.
+
+        logp[b, t] = log softmax(head(hidden[b, prev(t)]) / temperature | allowed[b, t])[tokens[b, t]]
+        H[b, t]    = -sum_v p_v log p_v   of that same distribution
+
+    prev(t) is the previous real position (``prev_valid_index``): the hidden states are shifted, not the
+    logits. Only the N scored tokens (real, with a real prefix) are computed, ``chunk`` rows at a time
+    (default: ``LOGIT_BUDGET // V``); each chunk's head, fp32 log-softmax and entropy run under
+    ``torch.utils.checkpoint``, so backward recomputes them chunk by chunk instead of keeping N x V
+    tensors. 0 at padding and at each row's first real token. ``allowed``: (V,), (B, V) or (B, T, V) bool
+    (``masked_log_softmax``'s rules). ``head``: (n, d) -> (n, V) logits (the policy's LM head, plus any
+    logit scaling the model applies).
+
+    Example: one row, mask [F, T, T], a head giving uniform logits over V = 4 -> logp [0, 0, -1.386],
+    H [0, 0, 1.386] (the first real token has no prefix).
     """
-    B, T, V = logits.shape
+    if hidden.dim() != 3 or hidden.shape[:2] != tokens.shape or attn_mask.shape != tokens.shape:
+        raise ValueError(f"hidden (B, T, d) {tuple(hidden.shape)}, tokens {tuple(tokens.shape)} and attn_mask "
+                         f"{tuple(attn_mask.shape)} must share (B, T)")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be >= 1 tokens, got {chunk}")
+    attn_mask = attn_mask.bool()
     prev = prev_valid_index(attn_mask)                                          # (B, T)
-    scored = attn_mask & (prev >= 0)                                            # (B, T)
-    logits = logits.gather(1, prev.clamp(min=0)[..., None].expand(B, T, V))     # (B, T, V) shifted
-    logp_all, ent = masked_log_softmax(logits, allowed, temperature)            # (B, T, V), (B, T)
-    ids = tokens.masked_fill(~attn_mask, pad_id)
-    logp = logp_all.gather(-1, ids[..., None]).squeeze(-1)                      # (B, T)
-    return logp.masked_fill(~scored, 0.0), ent.masked_fill(~scored, 0.0)
+    rows, cols = (attn_mask & (prev >= 0)).nonzero(as_tuple=True)               # (N,) the scored tokens
+    h = hidden[rows, prev[rows, cols]]                                          # (N, d) at each token's prefix end
+    ids = tokens[rows, cols]                                                    # (N,)
+    if allowed is not None:
+        allowed = allowed.to(device=hidden.device, dtype=torch.bool)
+        allowed = allowed[rows, cols] if allowed.dim() == 3 else allowed[rows] if allowed.dim() == 2 else allowed
+    if chunk is None:
+        with torch.no_grad():
+            V = int(head(h[:1]).shape[-1]) if len(h) else 1                     # the head's width, from one row
+        chunk = max(1, LOGIT_BUDGET // V)
+    grad = torch.is_grad_enabled()
+    parts = []
+    for i in range(0, max(len(h), 1), chunk):                                   # one empty chunk when N = 0
+        a = allowed if allowed is None or allowed.dim() == 1 else allowed[i:i + chunk]
+        args = (h[i:i + chunk], ids[i:i + chunk], a)
+        fn = lambda h_, ids_, a_: _chunk_scores(h_, ids_, a_, head, temperature)        # noqa: E731
+        parts.append(checkpoint(fn, *args, use_reentrant=False) if grad else fn(*args))
+    out = []
+    for j in range(2):
+        vals = torch.cat([p[j] for p in parts])                                 # (N,)
+        out.append(vals.new_zeros(tokens.shape).index_put((rows, cols), vals))  # (B, T)
+    return out[0], out[1]
+
+
+def _chunk_scores(h: Tensor, ids: Tensor, allowed: Optional[Tensor], head, temperature: float):
+    """(logp (n,), entropy (n,)) of tokens ``ids`` under head(h) (n, d) -> (n, V), softmax in fp32."""
+    logp_all, ent = masked_log_softmax(head(h).float(), allowed, temperature)  # (n, V), (n,)
+    return logp_all.gather(1, ids[:, None]).squeeze(1), ent

@@ -32,10 +32,10 @@ import torch
 from torch import Tensor
 
 from ..codecs.text import TEMPLATES, TextCodec
-from .base import Decode, Generation, positions_from_mask, sample_step, teacher_forced
+from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens
 
 __all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings", "special_ids", "model_token_ids",
-           "system_head"]
+           "system_head", "logit_transform"]
 
 
 class HFTokenizer:
@@ -219,40 +219,51 @@ class HFPolicy(torch.nn.Module):
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def _forward(self, tokens: Tensor, mask: Tensor, **kw):
-        self._check_positions(int(mask.sum(1).max()) if mask.numel() else 0, "a sequence")
-        tokens = tokens.masked_fill(~mask, self.pad_id)
+    def _decoder(self, tokens: Tensor, mask: Tensor, position_ids: Tensor, **kw):
+        """The model's decoder (``get_decoder()``: the transformer without its LM head) on ``tokens`` (B, T)
+        with padding ``mask`` (B, S, the cached slots first): its last hidden states are final-normed."""
         with self._autocast():
-            return self.model(input_ids=tokens, attention_mask=mask.long(), position_ids=positions_from_mask(mask),
-                              **kw)
+            return self.model.get_decoder()(input_ids=tokens.masked_fill(~mask[:, -tokens.shape[1]:], self.pad_id),
+                                            attention_mask=mask.long(), position_ids=position_ids, **kw)
+
+    def _head(self, h: Tensor) -> Tensor:
+        """(n, d) last hidden states -> (n, V) fp32 logits: the output embeddings, then the model's own
+        logit transform (``logit_transform``), the same numbers as ``model(...).logits``."""
+        with self._autocast():
+            z = self.model.get_output_embeddings()(h)
+        return logit_transform(self.model.config, z.float())
 
     def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
-        """(B, T, d) last-layer hidden states (fp32)."""
-        out = self._forward(tokens, attn_mask.bool(), output_hidden_states=True, use_cache=False)
-        return out.hidden_states[-1].float()
+        """(B, T, d) last-layer hidden states (fp32, after the final norm)."""
+        attn_mask = attn_mask.bool()
+        self._check_positions(int(attn_mask.sum(1).max()) if attn_mask.numel() else 0, "a sequence")
+        out = self._decoder(tokens, attn_mask, positions_from_mask(attn_mask), use_cache=False)
+        return out.last_hidden_state.float()
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
                  temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
-        """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``)."""
+        """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``), from
+        the hidden states through the head in chunks (``score_tokens``): never the (B, T, V) logits."""
         attn_mask = attn_mask.bool()
-        logits = self._forward(tokens, attn_mask, use_cache=False).logits.float()   # (B, T, V)
-        return teacher_forced(logits, tokens, attn_mask, self.pad_id, allowed, temperature)
+        return score_tokens(self.hidden(tokens, attn_mask), self._head, tokens, attn_mask, allowed=allowed,
+                            temperature=temperature)
 
-    def _prefill(self, context: Tensor, mask: Tensor, past: Optional["HFPast"]):
-        """Run the new context tokens (after ``past``'s pending token, if any) -> (cache, attn (B, S),
-        n_real (B,), logits (B, V) after each row's last real token)."""
+    def _prefill(self, context: Tensor, mask: Tensor, past: Optional["HFPast"], width: int):
+        """Run the new context tokens (after ``past``'s pending token, if any) -> (cache, attn (B, S + width)
+        with ``width`` free slots for the decode steps, n_real (B,), logits (B, V) after each row's last real
+        token). The head runs on those B positions only."""
         if past is not None:                                                         # feed the pending token first
             context, mask = torch.cat([past.pending, context], 1), torch.cat([past.pending_mask, mask], 1)
         B, dev = context.shape[0], context.device
         n0 = torch.zeros(B, dtype=torch.long, device=dev) if past is None else past.n_real
-        attn = mask.long() if past is None else torch.cat([past.attn, mask.long()], 1)   # (B, S)
-        with self._autocast():
-            out = self.model(input_ids=context.masked_fill(~mask, self.pad_id), attention_mask=attn,
-                             position_ids=n0[:, None] + positions_from_mask(mask), use_cache=True,
-                             past_key_values=None if past is None else past.cache)
+        attn = torch.cat([mask if past is None else torch.cat([past.attn, mask], 1),
+                          mask.new_zeros(B, width)], 1)                              # (B, S + width) bool
+        S = attn.shape[1] - width
+        out = self._decoder(context, attn[:, :S], n0[:, None] + positions_from_mask(mask), use_cache=True,
+                            past_key_values=None if past is None else past.cache)
         idx = torch.arange(mask.shape[1], device=dev).expand_as(mask)
         last = torch.where(mask, idx, -1).amax(1)                                    # (B,) last real new position
-        logits = out.logits.float()[torch.arange(B, device=dev), last.clamp(min=0)]  # (B, V)
+        logits = self._head(out.last_hidden_state[torch.arange(B, device=dev), last.clamp(min=0)])   # (B, V)
         if past is not None:                                                         # rows with nothing new
             logits = torch.where((last >= 0)[:, None], logits, past.logits)
         return out.past_key_values, attn, n0 + mask.sum(1), logits
@@ -264,28 +275,53 @@ class HFPolicy(torch.nn.Module):
                  constraint=None) -> Generation:
         """Sample up to ``max_new`` tokens per row after ``context`` (B, L) with the model's KV cache,
         which persists across turns: with ``past`` (the previous call's ``Generation.past``) only the
-        new tokens are fed (``constraint``: a per-row sampling set, see ``ToyTransformer.generate``)."""
+        new tokens are fed (``constraint``: a per-row sampling set, see ``ToyTransformer.generate``).
+        The attention mask is allocated once for the whole call; each step feeds one token per row
+        through the decoder and the head."""
         if max_new < 1 or temperature <= 0:
             raise ValueError(f"need max_new >= 1 and temperature > 0, got {max_new}, {temperature}")
         dev = context.device
         stops = None if stop_token is None else torch.as_tensor(stop_token, device=dev).reshape(-1)
         n_ctx = int((context_mask.sum(1) + (0 if past is None else past.n_real + past.pending_mask.sum(1))).max())
         self._check_positions(n_ctx + max_new - 1, f"a context of {n_ctx} tokens + {max_new} new")   # last fed: N - 1
-        cache, attn, n_real, logits = self._prefill(context, context_mask.bool(), past)
+        cache, attn, pos, logits = self._prefill(context, context_mask.bool(), past, max_new - 1)
+        S0 = attn.shape[1] - (max_new - 1)                                                # slot of the first new token
         buf = Decode.empty(logits.shape[0], max_new, self.pad_id, dev)                    # (B, N) buffers
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
                                greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
             if t == max_new - 1 or bool(buf.done.all()):
                 break
-            attn = torch.cat([attn, live.long()[:, None]], 1)
-            with self._autocast():
-                step = self.model(input_ids=buf.tokens[:, t:t + 1], attention_mask=attn, past_key_values=cache,
-                                  position_ids=(n_real + buf.mask[:, :t].sum(1))[:, None], use_cache=True)
-            cache = step.past_key_values
-            logits = torch.where(live[:, None], step.logits[:, -1].float(), logits)
-        return buf.generation(HFPast(cache, attn, n_real + buf.mask[:, :t].sum(1), logits, buf.tokens[:, t:t + 1],
+            attn[:, S0 + t] = live
+            out = self._decoder(buf.tokens[:, t:t + 1], attn[:, :S0 + t + 1], pos[:, None], use_cache=True,
+                                past_key_values=cache)
+            pos = pos + live                                                              # (B,) next position
+            logits = torch.where(live[:, None], self._head(out.last_hidden_state[:, -1]), logits)
+        return buf.generation(HFPast(cache, attn[:, :S0 + t], pos, logits, buf.tokens[:, t:t + 1],
                                      buf.mask[:, t:t + 1]))
+
+
+def logit_transform(config, logits: Tensor) -> Tensor:
+    """What a model's causal-LM head does to its output embeddings' logits, read from its (text) config:
+
+        Gemma-2/3 soft-cap   z -> c tanh(z / c)      c = final_logit_softcapping
+        Cohere scale         z -> z * logit_scale
+        Granite              z -> z / logits_scaling
+
+    and nothing for the rest (GPT-2, Llama and SmolLM2 name none of these). Example: c = 30, z = 60 ->
+    30 tanh(2) = 28.92.
+    """
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    if cap:
+        logits = cap * torch.tanh(logits / cap)
+    scale = getattr(cfg, "logit_scale", None)
+    if isinstance(scale, (int, float)):
+        logits = logits * scale
+    div = getattr(cfg, "logits_scaling", None)
+    if isinstance(div, (int, float)):
+        logits = logits / div
+    return logits
 
 
 @dataclass
@@ -294,7 +330,7 @@ class HFPast:
     cache: object
     """the model's cache (``past_key_values``) of every token fed so far"""
     attn: Tensor
-    """(B, S) long: which of the S cached slots are real tokens"""
+    """(B, S) bool: which of the S cached slots are real tokens"""
     n_real: Tensor
     """(B,) long: real tokens fed so far (the next real token's position)"""
     logits: Tensor

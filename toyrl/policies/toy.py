@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Decode, Generation, positions_from_mask, sample_step, teacher_forced
+from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens
 
 __all__ = ["ToyTransformerConfig", "ToyTransformer", "ToyPast", "PRESETS"]
 
@@ -241,10 +241,11 @@ class ToyTransformer(nn.Module):
             logp[b, t] = log softmax(logits[b, prev(t)] / temperature | allowed[b, t])[tokens[b, t]]
 
         where prev(t) is the previous real position; 0 at padding and at each row's first real token.
+        Computed from the hidden states in chunks (``score_tokens``), never the whole (B, T, V) logits.
         """
         attn_mask = attn_mask.to(torch.bool)
-        logits = self(tokens, attn_mask)                                   # (B, T, V)
-        return teacher_forced(logits, tokens, attn_mask, self.pad_id, allowed, temperature)
+        return score_tokens(self.hidden(tokens, attn_mask), self.lm_head, tokens, attn_mask, allowed=allowed,
+                            temperature=temperature)
 
     # ---- generation with a KV cache -------------------------------------------------------------
     def _generate_inputs(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float,
