@@ -12,7 +12,8 @@ Helpers (plain functions: ``from conftest import random_batch``):
 - ``assert_curves_drawn``: an Axes draws exactly the curves of ``toyrl.viz.prototype.arm_curves``;
 - ``assert_figure_standard``: a title naming the setting, labelled axes, every band in a legend, and
   ``assert_no_overlap``: no two drawn labels overlap and none leaves the figure;
-- ``NoCache``: a policy that re-reads its whole context every turn (the reference for KV reuse).
+- ``NoCache``: a policy that re-reads its whole context every turn (the reference for KV reuse);
+- ``make_local_model``: a tiny random Hugging Face causal LM (GPT-2 or Llama) and tokenizer saved to a folder.
 """
 from __future__ import annotations
 
@@ -232,3 +233,36 @@ def assert_projectable(fig, min_pt: float = 12.0):
         if t.get_visible() and t.get_text().strip() and projected_pt(fig, t.get_fontsize()) < min_pt - 1e-6:
             small.append(f"{t.get_text()[:30]!r} {t.get_fontsize():.1f} pt -> {projected_pt(fig, t.get_fontsize()):.1f}")
     assert not small, f"text under {min_pt} pt on a slide ({fig.get_size_inches()} in): " + "; ".join(small[:8])
+
+
+# ---- a tiny Hugging Face model on disk -----------------------------------------------------------------
+CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def make_local_model(path, kind="gpt2", chat=False, n_positions=1024):
+    """Save a randomly initialized tiny causal LM and a byte-level BPE tokenizer (trained on a few
+    env strings) to ``path``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    texts = ["Lake 4x4 AFFF\nFHFH\nFFFH\nHFFG move[left] move[right] move[up] move[down]",
+             "User: Assistant: You are at row 0, column 1. Turn 2 of 3."] * 5
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    if chat:
+        tok.chat_template = CHAT
+    ids = dict(vocab_size=len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_positions=n_positions, n_embd=32, n_layer=2, n_head=2, **ids))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=2, num_key_value_heads=1,
+                                             max_position_embeddings=1024, **ids))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

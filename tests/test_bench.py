@@ -85,7 +85,7 @@ def test_smollm2_bench_report_structure(tmp_path, capsys):
     """The SmolLM2 bench on a tiny random GPT-2 (hf:DIR): one run gives each phase's time and peak memory,
     HFPolicy.generate beside model.generate, the update beside the forward, and both single-turn steps."""
     pytest.importorskip("transformers")
-    from test_hf_policy import make_local_model
+    from conftest import make_local_model
     from toyrl.lab.bench import smollm2
     path = make_local_model(tmp_path / "m", "gpt2", chat=True, n_positions=2048)
     m = smollm2.main(["--policy", f"hf:{path}", "--steps", "1", "--bc-steps", "0", "--threads", "1",

@@ -85,7 +85,7 @@ def hf_logits(pol):
 
 def test_random_gpt2_matches_full_logits(tmp_path):
     pytest.importorskip("transformers")
-    from test_hf_policy import make_local_model
+    from conftest import make_local_model
     from toyrl.policies import HFPolicy
     pol = HFPolicy.from_pretrained(make_local_model(tmp_path, "gpt2"))
     check_policy(pol, hf_logits(pol), pol.vocab_size)
@@ -95,7 +95,7 @@ def test_random_gpt2_matches_full_logits(tmp_path):
 def test_logit_transforms_match_the_model(tmp_path, arch):
     """Models that soft-cap or scale their logits: the head path applies the same transform (logit_transform)."""
     transformers = pytest.importorskip("transformers")
-    from test_hf_policy import make_local_model
+    from conftest import make_local_model
     from toyrl.policies import HFPolicy
     tok = transformers.AutoTokenizer.from_pretrained(make_local_model(tmp_path, "gpt2"))
     common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
