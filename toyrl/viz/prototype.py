@@ -240,7 +240,7 @@ def loo_turn(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Te
     return torch.where(n[:, None] > 1, A, torch.zeros_like(A)) * turn_mask.to(R.dtype)
 
 
-@register_estimator("loo_turn", level="turn")
+@register_estimator("loo_turn", level="turn", grouped=True)
 def _loo_turn(batch, *, gamma: float = 0.95):
     """Leave-one-out baseline on discounted turn returns (notebook 10's example prototype)."""
     return loo_turn(batch.turn_reward, batch.turn_mask, batch.group, gamma=gamma)
