@@ -122,3 +122,36 @@ def test_register_with_verl_multi_turn():
         fn(token_level_rewards=r, response_mask=m, index=i, config=None)
     adv, _ = core.get_adv_estimator_fn("toyrl_mt_grpo")(token_level_rewards=r, response_mask=m, index=i, config=None)
     assert torch.isfinite(adv).all()
+
+
+def test_blocks_detects_only_consecutive_equal_groups():
+    from toyrl.port.verl_credit import _blocks, _groups
+    for ids, want in (([0, 0, 1, 1], 2), ([0, 1, 0, 1], 0), ([0, 0, 0, 1], 0), ([3, 3, 4, 4, 5, 5], 0),   # ids 0-2 are empty groups (used as they are): the scatter path
+                      ([1, 1, 0, 0], 0), ([0, 1, 2], 1)):
+        g, S, n = _groups(np.array(ids), "cpu", len(ids))
+        assert _blocks(g, S, n) == want, ids
+
+
+def test_block_layout_equals_scattered_layout():
+    """verl's layout (a uid repeated over its G rows) takes the (S, G) view path; the same groups with
+    their rows shuffled take the scatter path: the advantages agree row by row (GRPO, its mean-only
+    variant and RLOO), and by hand on one group."""
+    from toyrl.port import verl_credit as port
+    g = torch.Generator().manual_seed(3)
+    B, L, G = 48, 5, 4
+    r = torch.zeros(B, L)
+    r[:, -1] = torch.randint(0, 3, (B,), generator=g).float()
+    m = torch.ones(B, L)
+    ids = np.arange(B) // G
+    perm = torch.randperm(B, generator=g)
+    for fn, kw in ((port.compute_grpo_outcome_advantage, {}),
+                   (port.compute_grpo_outcome_advantage, {"norm_adv_by_std_in_grpo": False}),
+                   (port.compute_rloo_outcome_advantage, {})):
+        a_block = fn(r, m, ids, **kw)[0]
+        a_scat = fn(r[perm], m[perm], ids[perm.numpy()], **kw)[0]
+        torch.testing.assert_close(a_block[perm], a_scat, atol=1e-6, rtol=0)
+    one = torch.tensor([[1.0], [0.0], [0.0], [0.0]])
+    a = port.compute_rloo_outcome_advantage(one, torch.ones(4, 1), np.zeros(4, dtype=int))[0]
+    assert torch.allclose(a[:, 0], torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3]))      # R - mean of the others
+    a = port.compute_grpo_outcome_advantage(one, torch.ones(4, 1), np.zeros(4, dtype=int))[0]
+    assert torch.allclose(a[:, 0], torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5)   # std (ddof 1) = 0.5

@@ -66,10 +66,10 @@ def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std",
     """
     if norm not in ("std", "mean"):
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
-    x64 = x.to(torch.float64)                                             # (N,)
+    x64 = x.to(torch.float64, copy=True)                                 # (N,) our own copy: updated in place
     n = segment_count(idx, S, torch.long) if count is None else count   # (S,) rows per segment (exact ints)
     mean = segment_sum(x64, idx, S) / n.clamp(min=1)                     # (S,)
-    centered = x64 - mean.index_select(0, idx)                           # (N,) singleton: exactly 0
+    centered = x64.sub_(mean.index_select(0, idx))                       # (N,) singleton: exactly 0
     if norm == "mean":
         return centered.to(x.dtype)
     var = segment_sum(centered * centered, idx, S) / (n - ddof).clamp(min=1)   # (S,) two-pass variance
@@ -77,7 +77,7 @@ def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std",
         var = var.masked_fill(n <= ddof, 0.0)
     std = var.sqrt()
     den = std + eps if eps > 0 else torch.where(std > 0, std, 1.0)       # eps=0 and std 0: stays 0
-    return (centered / den.index_select(0, idx)).to(x.dtype)
+    return centered.div_(den.index_select(0, idx)).to(x.dtype)
 
 
 def group_ids(group: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -38,18 +38,20 @@ def anchor_slots(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.
     """Anchor id of every turn over the (group, state_key) pairs of valid turns, by hashing -> ((B, H) long, S).
 
     The partition of ``segments.anchor_index`` (valid turns get ids 0..S-1, every invalid turn S) in
-    O(N) vectorized steps instead of two sorts. Each pair p = (g, key) hashes to a slot h(p) of a
-    table of 2^table_bits >= 2N slots (default); each round, the free slots are claimed by their
-    lowest pending row (``scatter_reduce`` amin), and a row whose slot's owner holds the same pair,
-    compared in full, takes that slot; the others probe the next slot (linear probing). The rows of
-    one pair move in lockstep, so a pair gets one slot and a slot one pair: exact, whatever the hash
-    collisions. Rows still pending after ``rounds`` rounds (pairs disjoint from all placed ones)
-    are numbered by ``pair_index`` after the table. Ids follow slot order.
-    Example: group [0, 1], keys [[5, 7], [5, 5]], mask [[1, 1], [1, 0]] -> [[2, 1], [0, 3]], S = 3
+    O(N) vectorized steps instead of two sorts. The table has one region of 2^table_bits slots per
+    group (default: the smallest >= 2x the largest group's turns), so a slot only ever holds keys of
+    its own group. A key k hashes to a slot h(k) of its group's region; each round, the free slots
+    are claimed by their lowest pending row (``scatter_reduce`` amin), and a row whose slot's owner
+    holds the same key, compared in full, takes that slot; the others probe the next slot of the
+    region (linear probing). The rows of one pair move in lockstep, so a pair gets one slot and a
+    slot one pair: exact, whatever the hash collisions. Rows still pending after ``rounds`` rounds
+    (pairs disjoint from all placed ones) are numbered by ``pair_index`` after the table, as are all
+    rows when the regions would outgrow 8 slots per turn (very unequal groups). Ids follow slot order.
+    Example: group [0, 1], keys [[5, 7], [5, 5]], mask [[1, 1], [1, 0]] -> [[1, 0], [2, 3]], S = 3
     (``anchor_index``: [[0, 1], [2, 3]], the same cells).
     """
-    if table_bits is not None and not 1 <= table_bits <= 62:
-        raise ValueError(f"table_bits must be None or an int in [1, 62], got {table_bits!r}")
+    if table_bits is not None and not 0 <= table_bits <= 62:
+        raise ValueError(f"table_bits must be None or an int in [0, 62], got {table_bits!r}")
     if rounds < 0:
         raise ValueError(f"rounds must be >= 0, got {rounds!r}")
     g, nG = dense_index(group)                                                    # (B,)
@@ -65,38 +67,48 @@ def _slots(g: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, ta
     Else (GiGPO's own use) ids are 1..n-1 in slot order, the invalid turns one id of their own among
     them and id 0 unused: a segment count n that needs no renumbering pass.
     """
-    N = state_key.numel()
+    B, H = turn_mask.shape
+    N = B * H
     dev, i32 = state_key.device, torch.int32 if N < 2**31 - 1 else torch.long   # int32 ids: half the bytes
     m = turn_mask.reshape(-1)                                                     # (N,)
-    gf = g.to(i32)[:, None].expand(turn_mask.shape).reshape(-1)                   # (N,) group of each turn
     kf = state_key.reshape(-1).long()                                             # (N,)
-    bits = max(1, (2 * N - 1).bit_length()) if table_bits is None else table_bits
-    P = 1 << bits                                                                 # table slots; slot P: invalid turns
-    h = torch.add(gf, kf, alpha=_MIX_K)                                           # (N,) hash of the pair, in place:
-    h.mul_(_MIX_P).bitwise_right_shift_(64 - bits).bitwise_and_(P - 1)           # top bits = the slot
-    h.masked_fill_(~m, P)
-    owner = torch.full((P + 1,), N, dtype=i32, device=dev)                       # (P + 1,) owning row; N = free
-    owner.scatter_reduce_(0, h, torch.arange(N, dtype=i32, device=dev), reduce="amin")  # round 0: lowest row
-    o = owner.index_select(0, h)                                                  # (N,) owner of each row's slot
-    same = (gf.index_select(0, o) == gf).logical_and_(kf.index_select(0, o) == kf).logical_or_(~m)  # full pair
-    slot, rp = h, h[:0]                                                           # h becomes the slot of each row
-    if not bool(same.all()):                                                      # collisions: probe onwards
-        rp = (~same).nonzero().squeeze(1).to(i32)                                 # (M,) pending rows (all valid)
-        hp = (h.index_select(0, rp) + 1) & (P - 1)                                # their next slots
-        gp, kp = gf.index_select(0, rp), kf.index_select(0, rp)                   # (M,) their pairs
+    per_group = torch.bincount(g)                                                 # (nG,) rollouts per group
+    nG, most = per_group.numel(), int(per_group.max()) * H if B else 0           # most turns in one group
+    bits = max(1, (2 * most - 1).bit_length()) if table_bits is None else table_bits
+    R = 1 << bits                                                                 # slots per group region
+    P = nG * R                                                                    # table slots; slot P: invalid
+    if P > 8 * N + 64:                                                            # unequal groups: no table
+        P = 0
+        h, rp = torch.zeros(N, dtype=torch.long, device=dev), m.nonzero().squeeze(1)
+        owner = torch.full((P + 1,), N, dtype=i32, device=dev)[:0]
+    else:
+        h = kf * _MIX_P                                                           # (N,) hash of the key: its
+        h.bitwise_right_shift_(64 - bits).bitwise_and_(R - 1)                     # top bits = slot in the region
+        h.view(B, H).add_((g * R)[:, None])                                       # + the group's region start
+        h.masked_fill_(~m, P)
+        owner = torch.full((P + 1,), N, dtype=i32, device=dev)                   # (P + 1,) owning row; N = free
+        owner.scatter_reduce_(0, h, torch.arange(N, dtype=i32, device=dev), reduce="amin")  # lowest row
+        same = (kf.index_select(0, owner.index_select(0, h)) == kf).logical_or_(~m)   # same region: same group
+        rp = (~same).nonzero().squeeze(1)                                         # (M,) pending rows (all valid)
+    slot = h                                                                      # h becomes the slot of each row
+    if rp.numel() and rounds and owner.numel():                                   # collisions: probe onwards
+        rp = rp.to(i32)
+        hp = h.index_select(0, rp)
+        hp = (hp & ~(R - 1)) | ((hp + 1) & (R - 1))                               # next slot of the same region
+        kp = kf.index_select(0, rp)                                               # (M,) their keys
         for _ in range(rounds):
             free = owner.index_select(0, hp) == N
             owner.scatter_reduce_(0, torch.where(free, hp, P), rp, reduce="amin")  # free slots: lowest row claims
-            o = owner.index_select(0, hp)                                         # (slot P keeps its owner)
-            same = (gf.index_select(0, o) == gp) & (kf.index_select(0, o) == kp)
+            same = kf.index_select(0, owner.index_select(0, hp)) == kp
             slot.index_put_((rp,), hp)                                            # final for the matched rows
             left = (~same).nonzero().squeeze(1)
-            rp, hp, gp, kp = rp[left], (hp[left] + 1) & (P - 1), gp[left], kp[left]
+            rp, hp, kp = rp[left], hp[left], kp[left]
+            hp = (hp & ~(R - 1)) | ((hp + 1) & (R - 1))
             if rp.numel() == 0:
                 break
     n_rest = 0
     if rp.numel():                                                                # pairs that found no slot
-        rest, n_rest = pair_index(gp, kp)
+        rest, n_rest = pair_index(g.index_select(0, rp.long() // H), kf.index_select(0, rp))
         slot.index_put_((rp,), P + 1 + rest)
     used = torch.zeros(P + 1 + n_rest, dtype=torch.bool, device=dev)              # (P + 1 + n_rest,) occupied slots
     if invalid_last:
@@ -142,7 +154,9 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
                          norm=norm, ddof=ddof, eps=eps).view(B, H)                # (B, H)
     s, n = _slots(g, state_key, turn_mask, None, 8)                               # (N,) anchor s(i,k), ids < n
     A_S = group_norm(Rk.reshape(-1), s, n, norm=norm, ddof=ddof, eps=eps).view(B, H)   # invalid turns: masked below
-    return (A_E + (A_S if omega == 1 else omega * A_S)) * turn_mask               # Eq. (GiGPO)
+    if omega != 1:
+        A_S.mul_(omega)
+    return A_S.add_(A_E).mul_(turn_mask)                                          # Eq. (GiGPO), in place
 
 
 def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,

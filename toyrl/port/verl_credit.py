@@ -10,7 +10,8 @@ A prototype written against toyrl ports to verl by swapping imports, and back:
 Each function is a thin adapter over the vectorized estimators of ``toyrl.credit`` (no Python loop
 over samples or groups); GRPO and RLOO call their group statistics (``credit.base.group_norm``)
 straight on the ids of ``index`` (integer ids as they are, strings numbered once), so they do not
-renumber the groups a second time. ``index`` is verl's numpy array of group ids (any hashable values, e.g.
+renumber the groups a second time; in verl's own layout (each uid repeated over its G consecutive
+rows) the statistics are rows of an (S, G) view, with no scatter at all. ``index`` is verl's numpy array of group ids (any hashable values, e.g.
 uuid strings); ``config`` may be a dict, an OmegaConf config or any object with the attributes verl
 reads. Singleton groups follow verl here (GRPO: A = R / (1 + eps); RLOO, OPO, REINFORCE++-baseline:
 no baseline; GPG: alpha R / F; Pass@k raises ValueError), while ``toyrl.credit`` itself gives 0.
@@ -88,6 +89,29 @@ def _groups(index, device, B: int) -> tuple[torch.Tensor, int, torch.Tensor]:
     return g, S, segment_count(g, S, torch.long)
 
 
+def _blocks(g: torch.Tensor, S: int, n: torch.Tensor) -> int:
+    """G when the B rows are S groups of G consecutive rows in id order (verl's layout: one uid repeated
+    over its G rollouts), else 0: then a group's statistics are a row of an (S, G) view, no scatter.
+    Example: g [0, 0, 1, 1] -> 2; g [0, 1, 0, 1] -> 0."""
+    B = g.numel()
+    if S == 0 or B % S or not bool((n == B // S).all()):
+        return 0
+    G = B // S
+    rows = torch.arange(S, device=g.device)[:, None]                      # (S, 1)
+    return G if bool((g.view(S, G) == rows).all()) else 0
+
+
+def _block_norm(R: torch.Tensor, G: int, norm: str, ddof: int, eps: float) -> torch.Tensor:
+    """``group_norm`` of R (B,) over groups of G consecutive rows (``_blocks``), in float64 like it -> (B,).
+    Example: R [1., 0., 0., 0.], G 2, "mean" -> [0.5, -0.5, 0., 0.]."""
+    x = R.to(torch.float64).view(-1, G)                                    # (S, G)
+    centered = x - x.mean(1, keepdim=True)                                 # (S, G) equal values: exactly 0
+    if norm == "std":
+        std = (centered.square().sum(1, keepdim=True) / max(G - ddof, 1)).sqrt()   # (S, 1)
+        centered = centered / (std + eps) if eps > 0 else centered / torch.where(std > 0, std, 1.0)
+    return centered.view(-1).to(R.dtype)
+
+
 def _returns(token_level_rewards: torch.Tensor) -> torch.Tensor:
     """Each response's total reward R (B,), checked finite (a ValueError naming the argument)."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
@@ -110,7 +134,11 @@ def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, ep
     """GRPO as verl: (R - mean) / (std + eps) per ``index`` group, broadcast to tokens -> (adv, adv), (B, L)."""
     R = _returns(token_level_rewards)                                      # (B,)
     g, S, n = _groups(index, R.device, R.shape[0])
-    A = group_norm(R, g, S, norm="std" if norm_adv_by_std_in_grpo else "mean", ddof=1, eps=epsilon, count=n)
+    norm, G = "std" if norm_adv_by_std_in_grpo else "mean", _blocks(g, S, n)
+    if G > 1:                                                              # verl's layout: an (S, G) view
+        adv = _tokens(_block_norm(R, G, norm, 1, epsilon), response_mask)
+        return adv, adv
+    A = group_norm(R, g, S, norm=norm, ddof=1, eps=epsilon, count=n)
     if bool((n == 1).any()):                                               # verl: a singleton has mean 0, std 1
         A = torch.where((n > 1).index_select(0, g), A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)
     adv = _tokens(A, response_mask)
@@ -123,6 +151,10 @@ def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, ep
     """RLOO as verl: R - mean of the other rollouts (singleton: R) -> (adv, adv), (B, L)."""
     R = _returns(token_level_rewards)                                      # (B,)
     g, S, n = _groups(index, R.device, R.shape[0])
+    G = _blocks(g, S, n)
+    if G > 1:                                                              # verl's layout: an (S, G) view
+        adv = _tokens(_block_norm(R, G, "mean", 0, 0.0) * (G / (G - 1)), response_mask)
+        return adv, adv
     scale = (n / (n - 1).clamp(min=1)).to(R.dtype)                        # (S,) G/(G-1); singleton: 1
     A = group_norm(R, g, S, norm="mean", count=n) * scale.index_select(0, g)   # rloo(): G/(G-1) (R - mean_g R)
     if bool((n == 1).any()):                                               # verl: a singleton keeps A = R
