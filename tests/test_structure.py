@@ -1,8 +1,7 @@
 """The shape of the code a learner reads (issue 16, item 5), checked from the source with ``ast``.
 
 - no module in toyrl/ over 350 lines: files are split by concept along their seams (a config's fields apart from
-  its checks, a trainer's loop apart from what feeds it), and the cap catches a file that holds several
-  (``LONG_MODULES``: the one known exception, being split);
+  its checks, a trainer's loop apart from what feeds it), and the cap catches a file that holds several;
 - no function or method in toyrl/ over 60 lines, its docstring excluded;
 - no import cycle among toyrl modules, imports inside functions included (the failure shows the cycle's path);
 - the layering: every import points down the list of rooms (``LAYERS``), imports inside functions included;
