@@ -110,13 +110,15 @@ def _slots(g: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, ta
     if rp.numel():                                                                # pairs that found no slot
         rest, n_rest = pair_index(g.index_select(0, rp.long() // H), kf.index_select(0, rp))
         slot.index_put_((rp,), P + 1 + rest)
-    used = torch.zeros(P + 1 + n_rest, dtype=torch.bool, device=dev)              # (P + 1 + n_rest,) occupied slots
+    used = torch.ones(P + 1 + n_rest, dtype=torch.bool, device=dev)               # (P + 1 + n_rest,) occupied slots:
+    torch.ne(owner, N, out=used[:owner.numel()])                                  # an owner's (every pair's slot)
     if invalid_last:
-        used.scatter_(0, slot, m)                                                 # the invalid slot stays unused
+        used[P] = False                                                           # the invalid slot stays unused
         cum = used.cumsum(0, dtype=i32)
         S = int(cum[-1])
         return cum.index_select(0, slot).sub_(1).masked_fill_(~m, S), S
-    cum = used.index_fill_(0, slot, True).cumsum(0, dtype=i32)
+    used[P] = True                                                                # the invalid turns' own id
+    cum = used.cumsum(0, dtype=i32)
     return cum.index_select(0, slot), int(cum[-1]) + 1
 
 
