@@ -11,7 +11,9 @@ changes for padded multi-turn rollouts (see ``base.py`` for the contract):
   query that has no real key before it (left padding) attends to itself instead of producing NaN.
 
 ``generate`` prefills the context once into a preallocated KV cache and then feeds one token at a
-time. It is sized for 2 CPU cores: the "small" preset (2 layers, d 48) rolls out 64 episodes x 5
+time through ``_decode``: the same kernels as the full pass, called directly (no module calls, no
+reshapes, an additive float mask kept across steps), so its numbers are the full pass's bit for bit.
+It is sized for 2 CPU cores: the "small" preset (2 layers, d 48) rolls out 64 episodes x 5
 turns x 4 tokens and recomputes + backpropagates them in a few tens of milliseconds.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens
+from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens, stop_table
 
 __all__ = ["ToyTransformerConfig", "ToyTransformer", "ToyPast", "PRESETS"]
 
@@ -89,6 +91,13 @@ class KVCache:
         self.v[:, :, self.n:self.n + T] = v
         self.n += T
         return self.k[:, :, :self.n], self.v[:, :, :self.n]
+
+    def push(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """``append`` of one token (k, v (B, nh, 1, hs)) to a cache already filled by a prefill."""
+        self.k.narrow(2, self.n, 1).copy_(k)
+        self.v.narrow(2, self.n, 1).copy_(v)
+        self.n += 1
+        return self.k.narrow(2, 0, self.n), self.v.narrow(2, 0, self.n)
 
 
 @dataclass
@@ -208,6 +217,28 @@ class ToyTransformer(nn.Module):
             x = block(x, attn_mask, None if caches is None else caches[i])
         return self.ln_f(x)
 
+    def _decode_weights(self) -> tuple:
+        """What ``_decode`` reads, looked up once per ``generate`` (a module attribute costs more than a small op)."""
+        def ln(m): return m.normalized_shape, m.weight, m.bias, m.eps                 # noqa: E704
+        return self.wte.weight, self.wpe.weight, ln(self.ln_f), [
+            (ln(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.n_head, b.attn.c_proj.weight, b.attn.c_proj.bias,
+             ln(b.ln_2), b.mlp[0].weight, b.mlp[0].bias, b.mlp[1].approximate, b.mlp[2].weight, b.mlp[2].bias) for b in self.h]
+
+    def _decode(self, tokens: Tensor, pos: Tensor, bias: Tensor, caches: List[KVCache], weights: tuple) -> Tensor:
+        """``_trunk`` for one new token per row, bit for bit (its kernels, called directly), without dropout:
+        tokens, pos (B,); bias (B, 1, 1, S) float, 0 = may attend, -inf = not (what a boolean mask becomes
+        inside attention); ``weights`` = ``_decode_weights()`` -> final hidden states (B, C)."""
+        wte, wpe, ln_f, blocks = weights
+        x = F.embedding(tokens, wte) + F.embedding(pos, wpe)                        # (B, C)
+        B, C = x.shape
+        for (ln1, w_qkv, b_qkv, nh, w_o, b_o, ln2, w_fc, b_fc, approx, w_pr, b_pr), cache in zip(blocks, caches):
+            q, k, v = F.linear(F.layer_norm(x, *ln1), w_qkv, b_qkv).view(B, 3, nh, 1, C // nh).unbind(1)
+            k, v = cache.push(k, v)                                                 # (B, nh, S, hs)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)             # (B, nh, 1, hs)
+            x = x + F.linear(y.reshape(B, C), w_o, b_o)
+            x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, *ln2), w_fc, b_fc), approximate=approx), w_pr, b_pr)
+        return F.layer_norm(x, *ln_f)
+
     def _prefill(self, tokens: Tensor, mask: Tensor, caches: Optional[List[KVCache]] = None,
                  past: Optional[ToyPast] = None) -> Tensor:
         """Hidden states (B, T, C) of a chunk of tokens, after the tokens of ``past`` if given."""
@@ -279,7 +310,8 @@ class ToyTransformer(nn.Module):
         ``stop_token`` is an id, a sequence of ids or a 1-D tensor of ids: a row stops after any of them.
 
         The context is prefilled once into per-layer KV caches of L + max_new slots; each new token is
-        then one forward pass of length 1. A step's logp/entropy are of softmax(logits / temperature)
+        then one forward pass of length 1 (``_decode``; ``_trunk`` where a subclass overrides it or dropout
+        is on in train mode). A step's logp/entropy are of softmax(logits / temperature)
         restricted to ``allowed`` (also for ``greedy``, which takes its argmax). With ``past`` (the
         previous turn's ``Generation.past``) only the new context tokens are run through the model.
         ``constraint`` (e.g. a ``toyrl.codecs.toy.GrammarRun``) replaces ``allowed`` by a per-row set that
@@ -287,7 +319,6 @@ class ToyTransformer(nn.Module):
         ``constraint.advance(tok, logp_all, live)`` after it.
         """
         context, context_mask, n_ctx = self._generate_inputs(context, context_mask, max_new, temperature, past)
-        stops = None if stop_token is None else torch.as_tensor(stop_token, device=context.device).reshape(-1)
         B, L = context.shape
         dev = context.device
         n0 = 0 if past is None else past.key_valid.size(1)                 # cached slots
@@ -302,17 +333,29 @@ class ToyTransformer(nn.Module):
             logits = torch.where((last >= 0)[:, None], logits, past.logits)
         key_valid = torch.cat([context_mask.new_ones(B, 0) if past is None else past.key_valid,
                                context_mask, context_mask.new_zeros(B, max_new)], 1)      # (B, S)
-
+        stops = None if stop_token is None else stop_table(torch.as_tensor(stop_token, device=dev).reshape(-1),
+                                                           logits.shape[-1])             # (V,) bool
+        lean = type(self)._trunk is ToyTransformer._trunk and not (self.training and self.config.dropout > 0)
+        bias = torch.zeros(B, S0 + max_new, dtype=h.dtype, device=dev)     # (B, S) 0 = may attend
+        bias[:, :S0].masked_fill_(~key_valid[:, :S0], float("-inf"))
+        bias4, weights = bias[:, None, None], (self._decode_weights() if lean else None)   # (B, 1, 1, S)
+        pos = (n_ctx[:, None] + torch.arange(max_new, device=dev)).clamp(max=self.config.max_len - 1)   # (B, N)
         buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype)                     # (B, N) buffers
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
                                greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
             if t == max_new - 1 or (stops is not None and bool(buf.done.all())):
                 break
-            key_valid[:, S0 + t] = live
-            pos = (n_ctx + t).clamp(max=self.config.max_len - 1)[:, None]  # (B, 1)
-            h = self._trunk(buf.tokens[:, t:t + 1], pos, key_valid[:, None, None, :S0 + t + 1], caches)  # (B, 1, C)
-            logits = torch.where(live[:, None], self.lm_head(h[:, 0]), logits)   # (B, V)
+            if lean:                                                       # the new slot: 0, or -inf if not live
+                bias.select(1, S0 + t).masked_fill_(~live, float("-inf"))
+                h = self._decode(buf.tokens.select(1, t), pos.select(1, t), bias4.narrow(3, 0, S0 + t + 1), caches,
+                                 weights)                                  # (B, C)
+            else:
+                key_valid[:, S0 + t] = live
+                h = self._trunk(buf.tokens[:, t:t + 1], pos[:, t:t + 1], key_valid[:, None, None, :S0 + t + 1],
+                                caches)[:, 0]                              # (B, C)
+            logits = torch.where(live.unsqueeze(1), F.linear(h, self.lm_head.weight), logits)   # (B, V)
+        key_valid[:, S0:S0 + t] = buf.mask[:, :t]                          # the fed slots: real if live
         new_past = ToyPast(k=[c.k[:, :, :c.n] for c in caches], v=[c.v[:, :, :c.n] for c in caches],
                            key_valid=key_valid[:, :S0 + t], n_real=n_ctx + buf.mask[:, :t].sum(1), logits=logits,
                            pending=buf.tokens[:, t:t + 1], pending_mask=buf.mask[:, t:t + 1])
