@@ -220,16 +220,16 @@ class ToyTransformer(nn.Module):
     def _decode_weights(self) -> tuple:
         """What ``_decode`` reads, looked up once per ``generate`` (a module attribute costs more than a small op)."""
         def ln(m): return m.normalized_shape, m.weight, m.bias, m.eps                 # noqa: E704
-        return self.wte.weight, self.wpe.weight, ln(self.ln_f), [
+        return self.wte.weight, ln(self.ln_f), [
             (ln(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.n_head, b.attn.c_proj.weight, b.attn.c_proj.bias,
              ln(b.ln_2), b.mlp[0].weight, b.mlp[0].bias, b.mlp[1].approximate, b.mlp[2].weight, b.mlp[2].bias) for b in self.h]
 
-    def _decode(self, tokens: Tensor, pos: Tensor, bias: Tensor, caches: List[KVCache], weights: tuple) -> Tensor:
+    def _decode(self, tokens: Tensor, pe: Tensor, bias: Tensor, caches: List[KVCache], weights: tuple) -> Tensor:
         """``_trunk`` for one new token per row, bit for bit (its kernels, called directly), without dropout:
-        tokens, pos (B,); bias (B, 1, 1, S) float, 0 = may attend, -inf = not (what a boolean mask becomes
+        tokens (B,); pe (B, C) their position embeddings; bias (B, 1, 1, S) float, 0 = may attend, -inf = not (what a boolean mask becomes
         inside attention); ``weights`` = ``_decode_weights()`` -> final hidden states (B, C)."""
-        wte, wpe, ln_f, blocks = weights
-        x = F.embedding(tokens, wte) + F.embedding(pos, wpe)                        # (B, C)
+        wte, ln_f, blocks = weights
+        x = F.embedding(tokens, wte) + pe                                           # (B, C)
         B, C = x.shape
         for (ln1, w_qkv, b_qkv, nh, w_o, b_o, ln2, w_fc, b_fc, approx, w_pr, b_pr), cache in zip(blocks, caches):
             q, k, v = F.linear(F.layer_norm(x, *ln1), w_qkv, b_qkv).view(B, 3, nh, 1, C // nh).unbind(1)
@@ -339,20 +339,19 @@ class ToyTransformer(nn.Module):
         bias = torch.zeros(B, S0 + max_new, dtype=h.dtype, device=dev)     # (B, S) 0 = may attend
         bias[:, :S0].masked_fill_(~key_valid[:, :S0], float("-inf"))
         bias4, weights = bias[:, None, None], (self._decode_weights() if lean else None)   # (B, 1, 1, S)
-        pos = (n_ctx[:, None] + torch.arange(max_new, device=dev)).clamp(max=self.config.max_len - 1)   # (B, N)
+        pos = (n_ctx + torch.arange(max_new, device=dev)[:, None]).clamp(max=self.config.max_len - 1)   # (N, B)
+        pe = self.wpe(pos) if lean else None                               # (N, B, C) position embeddings
         buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype)                     # (B, N) buffers
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
                                greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
             if t == max_new - 1 or (stops is not None and bool(buf.done.all())):
                 break
-            if lean:                                                       # the new slot: 0, or -inf if not live
-                bias.select(1, S0 + t).masked_fill_(~live, float("-inf"))
-                h = self._decode(buf.tokens.select(1, t), pos.select(1, t), bias4.narrow(3, 0, S0 + t + 1), caches,
-                                 weights)                                  # (B, C)
+            if lean:    # new slots stay 0: a live row's earlier tokens are all real; a dead row's output is unused
+                h = self._decode(buf.tokens.select(1, t), pe[t], bias4.narrow(3, 0, S0 + t + 1), caches, weights)
             else:
                 key_valid[:, S0 + t] = live
-                h = self._trunk(buf.tokens[:, t:t + 1], pos[:, t:t + 1], key_valid[:, None, None, :S0 + t + 1],
+                h = self._trunk(buf.tokens[:, t:t + 1], pos[t, :, None], key_valid[:, None, None, :S0 + t + 1],
                                 caches)[:, 0]                              # (B, C)
             logits = torch.where(live.unsqueeze(1), F.linear(h, self.lm_head.weight), logits)   # (B, V)
         key_valid[:, S0:S0 + t] = buf.mask[:, :t]                          # the fed slots: real if live
