@@ -105,8 +105,8 @@ class TokenPolicy(Protocol):
 class Decode:
     """The buffers of a decode loop: up to N new tokens for each of B rows, filled one step at a time
     by ``sample_step`` (shared by every policy's ``generate``). During the loop a column holds what was
-    drawn for every row, live or not (one copy per buffer and step, no select); ``generation()``
-    writes ``pad_id`` / 0 where ``mask`` is False, once, at the end."""
+    drawn for every row, live or not; ``generation()`` writes ``pad_id`` / 0 where ``mask`` is False,
+    once, at the end."""
     tokens: Tensor
     """(B, N) long; ``pad_id`` after a row stopped (once ``generation()`` ran)"""
     logp: Tensor
@@ -119,17 +119,28 @@ class Decode:
     """(B,) bool: the row has emitted a stop token"""
     pad_id: int = 0
     """id written where ``mask`` is False"""
+    steps: Optional[list] = None
+    """None: ``sample_step`` writes each step into the tensors' column t; a list: it appends the step's
+    (tokens, logp, entropy, live) (B,) each there instead, and ``flush()`` writes them all at once"""
 
     @classmethod
-    def empty(cls, B: int, N: int, pad_id: int, device, dtype=torch.float32) -> "Decode":
+    def empty(cls, B: int, N: int, pad_id: int, device, dtype=torch.float32, keep_steps: bool = False) -> "Decode":
         return cls(torch.full((B, N), pad_id, dtype=torch.long, device=device),          # (B, N)
                    torch.zeros(B, N, dtype=dtype, device=device), torch.zeros(B, N, dtype=dtype, device=device),
                    torch.zeros(B, N, dtype=torch.bool, device=device), torch.zeros(B, dtype=torch.bool, device=device),
-                   pad_id)
+                   pad_id, [] if keep_steps else None)
+
+    def flush(self) -> "Decode":
+        """Write the steps kept in ``steps`` into columns 0.. of the tensors (one copy per buffer)."""
+        if self.steps:
+            for buf, cols in zip((self.tokens, self.logp, self.entropy, self.mask), zip(*self.steps)):
+                buf[:, :len(cols)] = torch.stack(cols, 1)                     # (B, k)
+            self.steps = []
+        return self
 
     def generation(self, past=None) -> Generation:
         """The finished buffers: ``pad_id``, logp 0 and entropy 0 wherever ``mask`` is False."""
-        off = ~self.mask                                                      # (B, N)
+        off = ~self.flush().mask                                                      # (B, N)
         self.tokens.masked_fill_(off, self.pad_id)
         self.logp.masked_fill_(off, 0.0)
         self.entropy.masked_fill_(off, 0.0)
@@ -187,11 +198,12 @@ def sample_step(buf: Decode, t: int, logits: Tensor, temperature: float, pad_id:
         tok = torch.div(p, q, out=q).argmax(-1)                               # (B,)
     else:
         tok = torch.multinomial(p, 1, generator=generator).squeeze(1)
-    live = ~buf.done
-    buf.tokens.select(1, t).copy_(tok)
-    buf.logp.select(1, t).copy_(logp_all.gather(1, tok.unsqueeze(1)).squeeze(1))
-    buf.entropy.select(1, t).copy_(ent)
-    buf.mask.select(1, t).copy_(live)
+    live, lp = ~buf.done, logp_all.gather(1, tok.unsqueeze(1)).squeeze(1)    # (B,), (B,)
+    if buf.steps is not None:                                                 # step t is the list's t-th entry
+        buf.steps.append((tok, lp, ent, live))
+    else:
+        for col, val in zip((buf.tokens, buf.logp, buf.entropy, buf.mask), (tok, lp, ent, live)):
+            col.select(1, t).copy_(val)
     if constraint is not None:
         constraint.advance(tok, logp_all, live)
     if stops is not None:                                                     # done | (live & stop) = done | stop

@@ -320,8 +320,7 @@ class ToyTransformer(nn.Module):
         logits = self.lm_head(h[torch.arange(B, device=dev), last.clamp(min=0)])          # (B, V)
         if past is not None:                                               # rows with no new real token
             logits = torch.where((last >= 0)[:, None], logits, past.logits)
-        # the new slots count as real while decoding: a live row's earlier new tokens are all real, and a
-        # row that stopped is still fed (its draws) but its output is never used; fixed after the loop
+        # new slots count as real while decoding (a live row's new tokens are; a stopped row's output is unused)
         key_valid = torch.cat([context_mask.new_ones(B, 0) if past is None else past.key_valid,
                                context_mask, context_mask.new_ones(B, max_new)], 1)       # (B, S)
         stops = None if stop_token is None else stop_table(torch.as_tensor(stop_token, device=dev).reshape(-1),
@@ -331,18 +330,19 @@ class ToyTransformer(nn.Module):
         mask = torch.zeros(mask.shape, dtype=h.dtype, device=dev).masked_fill_(~mask, float("-inf")) if lean else mask
         pos = (n_ctx + torch.arange(max_new, device=dev)[:, None]).clamp(max=self.config.max_len - 1)   # (N, B)
         pe, weights = (self.wpe(pos), self._decode_weights()) if lean else (None, None)  # (N, B, C) position emb.
-        buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype)                     # (B, N) buffers
+        buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype, keep_steps=True)    # (B, N), written at the end
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
                                greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
             if t == max_new - 1 or (stops is not None and bool(buf.done.all())):
                 break
+            tok = buf.steps[t][0]                                          # (B,) drawn (a stopped row's too)
             if lean:
-                h = self._decode(buf.tokens.select(1, t), pe[t], mask.narrow(3, 0, S0 + t + 1), caches, weights)
+                h = self._decode(tok, pe[t], mask.narrow(3, 0, S0 + t + 1), caches, weights)     # (B, C)
             else:
-                h = self._trunk(buf.tokens[:, t:t + 1], pos[t, :, None], mask[..., :S0 + t + 1], caches)[:, 0]   # (B, C)
+                h = self._trunk(tok[:, None], pos[t, :, None], mask[..., :S0 + t + 1], caches)[:, 0]   # (B, C)
             logits = torch.where(live.unsqueeze(1), F.linear(h, self.lm_head.weight), logits)   # (B, V)
-        key_valid[:, S0:S0 + t] = buf.mask[:, :t]                          # the fed slots: real if live then
+        key_valid[:, S0:S0 + t] = buf.flush().mask[:, :t]                          # the fed slots: real if live then
         new_past = ToyPast(k=[c.k[:, :, :c.n] for c in caches], v=[c.v[:, :, :c.n] for c in caches],
                            key_valid=key_valid[:, :S0 + t], n_real=n_ctx + buf.mask[:, :t].sum(1), logits=logits,
                            pending=buf.tokens[:, t:t + 1], pending_mask=buf.mask[:, t:t + 1])
