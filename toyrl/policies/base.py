@@ -82,7 +82,8 @@ class TokenPolicy(Protocol):
         ``past``: a previous call's ``Generation.past``; then ``context`` holds only the new tokens
         that follow that call's generated tokens, and the result equals a call on the whole prefix.
         ``constraint``: an object with ``allowed() -> (B, V) bool`` (asked before each step, used
-        instead of ``allowed``) and ``advance(tok, logp_all, live)`` (told each step's tokens), for
+        instead of ``allowed``; or its complement ``blocked()`` where it has one) and
+        ``advance(tok, logp_all, live)`` (told each step's tokens, a stopped row's draws too), for
         sampling sets that depend on what a row wrote so far (``toyrl.codecs.toy.GrammarRun``)."""
         ...
 
