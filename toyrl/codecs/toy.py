@@ -220,6 +220,7 @@ class TurnGrammar:
         nxt[:K + 1, c.END] = self.ACT
         nxt[self.FORCE] = self.ACT
         self.table, self.next = table.to(device), nxt.to(device)
+        self.blocked = ~(self.table | ~self.table.any(-1, keepdim=True))     # (S, V) what each state rules out
 
     def start(self, n: int) -> "GrammarRun":
         return GrammarRun(self, n)
@@ -234,10 +235,12 @@ class TurnGrammar:
 class GrammarRun:
     """The grammar state of n rows through one ``generate`` call (the ``constraint`` a policy takes).
 
-    A policy calls ``allowed()`` before each step and ``advance(tok, logp_all, live)`` after it;
-    ``states`` (n, steps) records the state each token was sampled in, ``forced`` (n, steps) which
-    tokens had a single allowed token (written by the grammar or the intervention, not chosen: kept
-    out of the policy mask), ``cut`` (n,) which rows the intervention cut.
+    A policy calls ``allowed()`` (or its complement ``blocked()``) before each step and
+    ``advance(tok, logp_all, live)`` after it. Each step keeps the state its tokens were sampled in
+    and which rows were live; ``record`` turns them into ``states`` (n, steps), -1 where no token was
+    sampled, and ``forced`` (n, steps), the tokens that had a single allowed token (written by the
+    grammar or the intervention, not chosen: kept out of the policy mask); ``cut`` (n,) says which
+    rows the intervention cut. The bookkeeping is done once at the end, not at every step.
     """
 
     def __init__(self, grammar: TurnGrammar, n: int):
@@ -246,23 +249,25 @@ class GrammarRun:
         self.state = torch.zeros(n, dtype=torch.long, device=dev)              # (n,)
         self.calm = torch.zeros(n, dtype=torch.long, device=dev)               # reasoning steps in a row with small dM
         self.prev_u = torch.full((n,), math.nan, device=dev)
-        self.cut = torch.zeros(n, dtype=torch.bool, device=dev)                # the intervention cut this row
         self._n_allowed = grammar.table.sum(-1)                                 # (S,)
-        self._states, self._forced = [], []
+        self._states, self._live = [], []                                       # per step: (n,) each
 
     def allowed(self) -> torch.Tensor:
         """(n, V) bool: what each row may sample next."""
         return self.g.table[self.state]
 
+    def blocked(self) -> torch.Tensor:
+        """(n, V) bool: what each row may not sample next (``~allowed()``; no row is all True)."""
+        return self.g.blocked[self.state]
+
     def advance(self, tok: torch.Tensor, logp_all: torch.Tensor, live: torch.Tensor) -> None:
-        """Record the step (state, forced) and move every live row to its next state."""
+        """Keep the step (state, live) and move every live row to its next state."""
         g = self.g
-        self._states.append(torch.where(live, self.state, -1))
-        self._forced.append(live & (self._n_allowed[self.state] == 1))          # one allowed token: no decision
-        self.cut |= live & (self.state == g.FORCE)
-        reasoning = live & (self.state <= g.ACT - 1) & (tok != g.codec.END)
-        nxt = g.next[self.state, tok]
+        self._states.append(self.state)                                         # replaced below, never mutated
+        self._live.append(live)
+        nxt = g.next[self.state, tok]                                           # (n,)
         if g.tti is not None and logp_all is not None:
+            reasoning = live & (self.state <= g.ACT - 1) & (tok != g.codec.END)
             u = g.tti.uncertainty(logp_all.float())
             calm = (u - self.prev_u).abs() < g.tti.delta                       # NaN (first step) -> False
             self.calm = torch.where(reasoning, torch.where(calm, self.calm + 1, 0), self.calm)
@@ -272,6 +277,13 @@ class GrammarRun:
             nxt = torch.where(cut, torch.full_like(nxt, g.FORCE), nxt)
         self.state = torch.where(live, nxt, self.state)
 
+    @property
+    def cut(self) -> torch.Tensor:
+        """(n,) bool: the intervention cut this row (a live step in ``FORCE``)."""
+        if not self._states:
+            return torch.zeros_like(self.state, dtype=torch.bool)
+        return (torch.stack(self._live, 1) & (torch.stack(self._states, 1) == self.g.FORCE)).any(1)
+
     def record(self, M: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(states (n, M) long, -1 where no token was sampled; forced (n, M) bool)."""
         n, dev = self.state.shape[0], self.state.device
@@ -279,6 +291,7 @@ class GrammarRun:
         forced = torch.zeros(n, M, dtype=torch.bool, device=dev)
         if self._states:
             k = min(M, len(self._states))
-            states[:, :k] = torch.stack(self._states[:k], 1)
-            forced[:, :k] = torch.stack(self._forced[:k], 1)
+            st, live = torch.stack(self._states[:k], 1), torch.stack(self._live[:k], 1)     # (n, k)
+            states[:, :k] = torch.where(live, st, -1)
+            forced[:, :k] = live & (self._n_allowed[st] == 1)                   # one allowed token: no decision
         return states, forced

@@ -11,8 +11,10 @@ changes for padded multi-turn rollouts (see ``base.py`` for the contract):
   query that has no real key before it (left padding) attends to itself instead of producing NaN.
 
 ``generate`` prefills the context once into a preallocated KV cache and then feeds one token at a
-time. It is sized for 2 CPU cores: the "small" preset (2 layers, d 48) rolls out 64 episodes x 5
-turns x 4 tokens and recomputes + backpropagates them in a few tens of milliseconds.
+time through ``_decode``: the full pass's kernels called directly (no module calls, an additive float
+mask built once per call), so its numbers are the full pass's bit for bit. Sized for 2 CPU cores: the
+"small" preset (2 layers, d 48) rolls out 64 episodes x 5 turns x 4 tokens and recomputes +
+backpropagates them in a few tens of milliseconds.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens
+from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens, stop_table
 
 __all__ = ["ToyTransformerConfig", "ToyTransformer", "ToyPast", "PRESETS"]
 
@@ -63,10 +65,8 @@ PRESETS = {
 
 
 class KVCache:
-    """Preallocated keys and values of one attention layer, (B, nh, S, hs) each, filled up to ``n``.
-
-    Optionally starts from a prefix (k, v) (B, nh, n0, hs) of an earlier call, copied, never mutated.
-    """
+    """Preallocated keys and values of one attention layer, (B, nh, S, hs) each, filled up to ``n``;
+    optionally starting from a prefix (k, v) (B, nh, n0, hs) of an earlier call, copied, never mutated."""
 
     def __init__(self, size: int, k: Optional[Tensor] = None, v: Optional[Tensor] = None):
         self.size, self.n = size, 0
@@ -85,10 +85,10 @@ class KVCache:
                 self.k[:, :, :self.n], self.v[:, :, :self.n] = self.prefix
                 self.prefix = None
         T = k.size(2)
-        self.k[:, :, self.n:self.n + T] = k
-        self.v[:, :, self.n:self.n + T] = v
+        self.k.narrow(2, self.n, T).copy_(k)
+        self.v.narrow(2, self.n, T).copy_(v)
         self.n += T
-        return self.k[:, :, :self.n], self.v[:, :, :self.n]
+        return self.k.narrow(2, 0, self.n), self.v.narrow(2, 0, self.n)
 
 
 @dataclass
@@ -208,6 +208,28 @@ class ToyTransformer(nn.Module):
             x = block(x, attn_mask, None if caches is None else caches[i])
         return self.ln_f(x)
 
+    def _decode_weights(self) -> tuple:
+        """What ``_decode`` reads, looked up once per ``generate`` (a module attribute costs more than a small op)."""
+        def ln(m): return m.normalized_shape, m.weight, m.bias, m.eps                 # noqa: E704
+        return self.wte.weight, ln(self.ln_f), [
+            (ln(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.n_head, b.attn.c_proj.weight, b.attn.c_proj.bias,
+             ln(b.ln_2), b.mlp[0].weight, b.mlp[0].bias, b.mlp[1].approximate, b.mlp[2].weight, b.mlp[2].bias) for b in self.h]
+
+    def _decode(self, tokens: Tensor, pe: Tensor, bias: Tensor, caches: List[KVCache], weights: tuple) -> Tensor:
+        """``_trunk`` for one new token per row, bit for bit (its kernels, called directly), without dropout:
+        tokens (B,); pe (B, C) their position embeddings; bias (B, 1, 1, S) float, 0 = may attend, -inf =
+        not (what a boolean mask becomes in attention); ``weights`` = ``_decode_weights()`` -> (B, C)."""
+        wte, ln_f, blocks = weights
+        x = F.embedding(tokens, wte) + pe                                           # (B, C)
+        B, C = x.shape
+        for (ln1, w_qkv, b_qkv, nh, w_o, b_o, ln2, w_fc, b_fc, approx, w_pr, b_pr), cache in zip(blocks, caches):
+            q, k, v = F.linear(F.layer_norm(x, *ln1), w_qkv, b_qkv).view(B, 3, nh, 1, C // nh).unbind(1)
+            k, v = cache.append(k, v)                                               # (B, nh, S, hs)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)             # (B, nh, 1, hs)
+            x = x + F.linear(y.reshape(B, C), w_o, b_o)
+            x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, *ln2), w_fc, b_fc), approximate=approx), w_pr, b_pr)
+        return F.layer_norm(x, *ln_f)
+
     def _prefill(self, tokens: Tensor, mask: Tensor, caches: Optional[List[KVCache]] = None,
                  past: Optional[ToyPast] = None) -> Tensor:
         """Hidden states (B, T, C) of a chunk of tokens, after the tokens of ``past`` if given."""
@@ -278,41 +300,49 @@ class ToyTransformer(nn.Module):
 
         ``stop_token`` is an id, a sequence of ids or a 1-D tensor of ids: a row stops after any of them.
 
-        The context is prefilled once into per-layer KV caches of L + max_new slots; each new token is
-        then one forward pass of length 1. A step's logp/entropy are of softmax(logits / temperature)
-        restricted to ``allowed`` (also for ``greedy``, which takes its argmax). With ``past`` (the
-        previous turn's ``Generation.past``) only the new context tokens are run through the model.
+        The context is prefilled once into per-layer KV caches of L + max_new slots; each new token is then
+        one length-1 pass (``_decode``; ``_trunk`` if a subclass overrides it or dropout is on in train mode).
+        A step's logp/entropy are of softmax(logits / temperature) restricted to ``allowed`` (also for
+        ``greedy``, which takes its argmax). With ``past`` (the previous turn's ``Generation.past``) only
+        the new context tokens are run through the model.
         ``constraint`` (e.g. a ``toyrl.codecs.toy.GrammarRun``) replaces ``allowed`` by a per-row set that
         depends on what the row wrote so far: ``constraint.allowed()`` (B, V) before each step,
         ``constraint.advance(tok, logp_all, live)`` after it.
         """
         context, context_mask, n_ctx = self._generate_inputs(context, context_mask, max_new, temperature, past)
-        stops = None if stop_token is None else torch.as_tensor(stop_token, device=context.device).reshape(-1)
-        B, L = context.shape
-        dev = context.device
+        (B, L), dev = context.shape, context.device
         n0 = 0 if past is None else past.key_valid.size(1)                 # cached slots
         S0 = n0 + L                                                        # slot of the first new token
         caches = [KVCache(S0 + max_new, *(() if past is None else (past.k[i], past.v[i])))
                   for i in range(len(self.h))]
         h = self._prefill(context, context_mask, caches, past)            # (B, L, C)
-        idx = torch.arange(L, device=dev).expand(B, L)                     # (B, L)
-        last = torch.where(context_mask, idx, -1).amax(1)                  # (B,) last real position
+        last = torch.where(context_mask, torch.arange(L, device=dev), -1).amax(1)   # (B,) last real position
         logits = self.lm_head(h[torch.arange(B, device=dev), last.clamp(min=0)])          # (B, V)
         if past is not None:                                               # rows with no new real token
             logits = torch.where((last >= 0)[:, None], logits, past.logits)
+        # new slots count as real while decoding (a live row's new tokens are; a stopped row's output is unused)
         key_valid = torch.cat([context_mask.new_ones(B, 0) if past is None else past.key_valid,
-                               context_mask, context_mask.new_zeros(B, max_new)], 1)      # (B, S)
-
-        buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype)                     # (B, N) buffers
+                               context_mask, context_mask.new_ones(B, max_new)], 1)       # (B, S)
+        stops = None if stop_token is None else stop_table(torch.as_tensor(stop_token, device=dev).reshape(-1),
+                                                           logits.shape[-1])             # (V,) bool
+        lean = type(self)._trunk is ToyTransformer._trunk and not (self.training and self.config.dropout > 0)
+        mask = key_valid[:, None, None]                                    # (B, 1, 1, S) bool, or additive 0 / -inf
+        mask = torch.zeros(mask.shape, dtype=h.dtype, device=dev).masked_fill_(~mask, float("-inf")) if lean else mask
+        pos = (n_ctx + torch.arange(max_new, device=dev)[:, None]).clamp(max=self.config.max_len - 1)   # (N, B)
+        pe, weights = (self.wpe(pos), self._decode_weights()) if lean else (None, None)  # (N, B, C) position emb.
+        buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype, keep_steps=True)    # (B, N), written at the end
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
                                greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
             if t == max_new - 1 or (stops is not None and bool(buf.done.all())):
                 break
-            key_valid[:, S0 + t] = live
-            pos = (n_ctx + t).clamp(max=self.config.max_len - 1)[:, None]  # (B, 1)
-            h = self._trunk(buf.tokens[:, t:t + 1], pos, key_valid[:, None, None, :S0 + t + 1], caches)  # (B, 1, C)
-            logits = torch.where(live[:, None], self.lm_head(h[:, 0]), logits)   # (B, V)
+            tok = buf.steps[t][0]                                          # (B,) drawn (a stopped row's too)
+            if lean:
+                h = self._decode(tok, pe[t], mask.narrow(3, 0, S0 + t + 1), caches, weights)     # (B, C)
+            else:
+                h = self._trunk(tok[:, None], pos[t, :, None], mask[..., :S0 + t + 1], caches)[:, 0]   # (B, C)
+            logits = torch.where(live.unsqueeze(1), F.linear(h, self.lm_head.weight), logits)   # (B, V)
+        key_valid[:, S0:S0 + t] = buf.flush().mask[:, :t]                          # the fed slots: real if live then
         new_past = ToyPast(k=[c.k[:, :, :c.n] for c in caches], v=[c.v[:, :, :c.n] for c in caches],
                            key_valid=key_valid[:, :S0 + t], n_real=n_ctx + buf.mask[:, :t].sum(1), logits=logits,
                            pending=buf.tokens[:, t:t + 1], pending_mask=buf.mask[:, t:t + 1])

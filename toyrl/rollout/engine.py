@@ -260,15 +260,20 @@ def play_turn(core: BatchedCore, episodes: list, codec, live: np.ndarray, draft:
     actions[live] = act
     _, r, _, _, info = core.step(actions)
     sig = _signal(info, core.num_envs)
-    cols = [x.cpu().numpy() for x in (draft.tokens, draft.mask, draft.logp, draft.entropy, draft.states,
-                                      draft.forced, draft.u)]
-    for j, b in enumerate(live):
-        tok, m, lp, ent, st, fo, u = (c[j] for c in cols)
+    n = draft.mask.sum(1)                                                   # (n,) written tokens per row
+    prefix = bool((draft.mask == (torch.arange(draft.mask.shape[1], device=n.device) < n[:, None])).all())
+    cols = [x.tolist() for x in (draft.tokens, draft.logp, draft.entropy, draft.states, draft.forced)]
+    if not prefix:                                                          # a mask with holes: keep its True entries
+        keep = draft.mask.tolist()
+        cols = [[[x for x, k in zip(row, mk) if k] for row, mk in zip(c, keep)] for c in cols]
+    n, u = n.tolist(), draft.u.tolist()
+    for j, b in enumerate(live):                                            # a mask is a prefix: slice each row
+        tok, lp, ent, st, fo = (c[j][:n[j]] for c in cols)
         episodes[b].turns.append(Turn(
-            context=draft.contexts[j], gen=tok[m].tolist(), logp=lp[m].tolist(), entropy=ent[m].tolist(),
+            context=draft.contexts[j], gen=tok, logp=lp, entropy=ent,
             obs=[] if core.done[b] else codec.observe(core, b), reward=float(r[b]), key=int(keys[b]),
-            void=bool(act[j] == VOID), signal=float(sig[b]), u=float(u), state=states.get(b),
-            states=st[m].tolist(), forced=fo[m].tolist()))
+            void=bool(act[j] == VOID), signal=float(sig[b]), u=u[j], state=states.get(b),
+            states=st, forced=fo))
         episodes[b].success |= bool(info["success"][b])
 
 

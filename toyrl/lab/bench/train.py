@@ -10,9 +10,10 @@ recompute (forward with gradient) and update (backward + AdamW) times; and two r
 this run:
 
     gen / fwd     = rollout time / teacher-forced forward time on the same tokens
-    model / fwd   = time inside the transformer while generating (its ``_trunk`` calls: the prefill and
-                    one length-1 forward per decode step) / the teacher-forced forward: the floor of
-                    gen / fwd for this eager model, whatever sampling, the grammar and the env cost
+    model / fwd   = time inside the transformer while generating (its ``_trunk`` calls, the prefill,
+                    and its ``_decode`` calls, one length-1 forward per decode step) / the
+                    teacher-forced forward: the floor of gen / fwd for this eager model, whatever
+                    sampling, the grammar and the env cost
     step / (f+b)  = whole step time / (recompute + update time)
 
 and the projected time of 200 such steps. Threads are pinned (``--threads``, default 1) and
@@ -33,26 +34,32 @@ SETTING = dict(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16},
 
 
 class TrunkTimer:
-    """Seconds spent in ``policy._trunk`` (the transformer) while the context is open; calls counted."""
+    """Seconds spent in ``policy._trunk`` and ``policy._decode`` (the transformer) while the context is
+    open; calls counted."""
+
+    NAMES = ("_trunk", "_decode")
 
     def __init__(self, policy):
         self.policy, self.seconds, self.calls = policy, 0.0, 0
+        self.names = [n for n in self.NAMES if hasattr(policy, n)]
 
-    def __enter__(self):
-        trunk = self.policy._trunk
-
+    def _timed(self, fn):
         def timed(*args, **kw):
             t0 = time.perf_counter()
-            out = trunk(*args, **kw)
+            out = fn(*args, **kw)
             self.seconds += time.perf_counter() - t0
             self.calls += 1
             return out
+        return timed
 
-        self.policy._trunk = timed                     # an instance attribute shadows the method
+    def __enter__(self):
+        for n in self.names:                           # an instance attribute shadows the method
+            setattr(self.policy, n, self._timed(getattr(self.policy, n)))
         return self
 
     def __exit__(self, *exc):
-        del self.policy._trunk
+        for n in self.names:
+            delattr(self.policy, n)
 
 
 def measure(L: int, steps: int, seed: int = 0) -> dict:
