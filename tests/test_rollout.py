@@ -108,7 +108,7 @@ def test_t2po_resamples_and_counts_tokens():
 def test_tree_rollout_shares_prefixes_and_respects_budget(strategy):
     core, codec, policy, tasks, group = setup(B=16, G=4)
     ro = tree_rollout(policy, core, tasks[::4], group[::4], codec=codec, group_size=4, strategy=strategy,
-                      rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
+                      rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0), fill="tokens")
     b = ro.batch
     assert b.B > 4 * 2                                                        # branches were added
     # the spend lands within half an episode's worst cost (max_turns x max_new / 2) per task of the budget

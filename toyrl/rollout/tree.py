@@ -80,7 +80,7 @@ def take_branches(cost: np.ndarray, left: float) -> np.ndarray:
 @torch.no_grad()
 def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, group_size: int,
                  strategy: str = "tree", n_init: Optional[int] = None, branch: Optional[int] = None,
-                 max_rounds: int = 16, fill: str = "tokens", rng: Optional[np.random.Generator] = None,
+                 max_rounds: int = 16, fill: str = "rounds", rng: Optional[np.random.Generator] = None,
                  sampling: Optional[Sampling] = None, policy_version: int = 0, tau: float = 0.5,
                  beta: float = 0.2, **sampling_kw):
     """Tree rollouts for P tasks (``tasks`` (P, task_dim), ``group`` (P,)) at the token budget of
@@ -91,11 +91,12 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
     in expectation). Each round proposes ``branch`` branches per task (default ``n_init``); ``fill`` says how many
     are taken:
 
-    - ``"tokens"`` (default): a branch is taken while the task's budget left is at least half its expected cost
-      (the parent's generated tokens from the branch point, ``take_branches``), so the expected spend equals the
+    - ``"rounds"`` (default, what the stored sweeps of lesson 7 and the claims before ``tree_budget_tokens`` ran):
+      every proposed branch while the task's tokens are below the budget, so the last round overshoots by up to a
+      round (on the snake 7x7, 16% over the independent arm).
+    - ``"tokens"``: a branch is taken while the task's budget left is at least half its expected cost (the
+      parent's generated tokens from the branch point, ``take_branches``), so the expected spend equals the
       budget; a task stops at the first proposed branch that does not fit.
-    - ``"rounds"``: every proposed branch while the task's tokens are below the budget (the last round
-      overshoots by up to a round: on the snake 7x7, 16% over the independent arm).
 
     Stops after ``max_rounds``. ``sampling`` (or its fields as keywords) says how turns are sampled. ``stats``
     reports tokens used and the budget.
