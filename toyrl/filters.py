@@ -26,7 +26,7 @@ from .credit.needs import check_needs
 from .segments import dense_index, segment_count, segment_std, segment_sum
 
 __all__ = ["FilterResult", "Filter", "group_reward_std", "zero_variance", "starpo_s", "void_turn", "loop_abs_adv",
-           "leave_one_out", "t2po_resample", "turn_uncertainty", "kept_split", "FILTERS"]
+           "leave_one_out", "t2po_resample", "turn_uncertainty", "FILTERS"]
 
 
 @dataclass
@@ -35,7 +35,7 @@ class FilterResult:
     """(B,) bool keep mask over rollouts; (B, H) for the function ``t2po_resample`` (True = resample the
     turn) and for turn-level ``FILTERS`` entries (True = the turn stays in the loss)."""
     counts: dict = field(default_factory=dict)
-    """numbers for the run log, e.g. {"groups": 8, "kept_groups": 2, "kept": 32}."""
+    """integers for the run log, e.g. {"groups": 8, "kept_groups": 2, "kept": 32}."""
 
 
 def _check_1d(name: str, x: torch.Tensor, B: int | None = None) -> None:
@@ -193,33 +193,9 @@ class Filter:
         return self.fn(batch, **kw)
 
 
-def kept_split(batch, keep: torch.Tensor) -> dict:
-    """What a rollout filter kept against what it dropped: mean reward and template MI (RAGEN-2's I(X; Z),
-    ``toyrl.diagnostics.template_entropy_mi`` over the turns' policy-token templates and the rollouts' tasks) of
-    the kept rollouts and of the dropped ones; NaN for an empty side. The plug-in MI grows as samples per task
-    shrink, so the smaller side reads higher by that bias alone: compare a side with itself over steps, or with a
-    random keep of the same size. Example: all kept -> dropped_reward and dropped_template_mi NaN."""
-    from .diagnostics import template_entropy_mi, turn_template_ids     # diagnostics imports this module
-    R = batch.outcome().float()                                                 # (B,)
-    ids, present = turn_template_ids(batch.tokens, batch.policy_mask, batch.turn_id, batch.H)   # (B, H) each
-    present &= batch.turn_mask
-    task = (batch.task if batch.task is not None else batch.group)[:, None].expand(-1, batch.H)   # (B, H)
-    out = {}
-    for side, rows in (("kept", keep.bool()), ("dropped", ~keep.bool())):
-        m = present & rows[:, None]
-        out[f"{side}_reward"] = float(R[rows].mean()) if bool(rows.any()) else float("nan")
-        out[f"{side}_template_mi"] = template_entropy_mi(ids[m], task[m])[1] if bool(m.any()) else float("nan")
-    return out
-
-
-def _starpo_s_logged(batch, **kw) -> FilterResult:
-    res = starpo_s(batch.outcome(), batch.group, **kw)
-    return FilterResult(res.keep, {**res.counts, **kept_split(batch, res.keep)})
-
-
 FILTERS = {
     "zero_variance": Filter(lambda batch, **kw: zero_variance(batch.outcome(), batch.group, **kw)),
-    "starpo_s": Filter(_starpo_s_logged),
+    "starpo_s": Filter(lambda batch, **kw: starpo_s(batch.outcome(), batch.group, **kw)),
     "void_turn": Filter(lambda batch, **kw: void_turn(
         batch.void_turn if batch.void_turn is not None else torch.zeros_like(batch.turn_mask), batch.turn_mask, **kw)),
     "loop_abs_adv": Filter(lambda batch, adv=None, **kw: loop_abs_adv(
@@ -227,7 +203,6 @@ FILTERS = {
     "t2po_resample": Filter(_t2po_keep, level="turn", needs=("entropy",)),
 }
 """name -> Filter(batch: TurnBatch, **kw) -> FilterResult whose ``keep`` is True where the loss stays.
-starpo_s also logs ``kept_split``: the kept and dropped rollouts' mean reward and template MI.
 loop_abs_adv defaults to the leave-one-out advantage of the outcome. t2po_resample is turn-level: its
 ``keep`` (B, H) is False on the turns T2PO would regenerate, with u (B, H) defaulting to each turn's
 mean sampled-token entropy (``turn_uncertainty``), the signal the rollout's ``t2po_eta`` resampling

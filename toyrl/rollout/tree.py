@@ -60,6 +60,11 @@ def _pick(w: np.ndarray, n: int, strategy: str, rng: np.random.Generator) -> np.
     return rng.choice(len(w), size=n, replace=True, p=p)
 
 
+def _cost(ep: Episode, k0: int = 0) -> int:
+    """Tokens an episode generated from turn ``k0`` on."""
+    return sum(len(t.gen) for t in ep.turns[k0:])
+
+
 def take_branches(cost: np.ndarray, left: float) -> np.ndarray:
     """Which proposed branches (expected costs ``cost`` (n,), in order) a task with ``left`` budget tokens takes.
 
@@ -117,10 +122,7 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
     episodes = [Episode(codec.prompt(init, i), init_tasks[i], group=int(group[i // M])) for i in range(P * M)]
     task_of = [i // M for i in range(P * M)]
     play(policy, init, episodes, codec, s, keep_states=True, grammar=grammar)
-    cost = lambda ep, k0=0: sum(len(t.gen) for t in ep.turns[k0:])
-    used = np.zeros(P)
-    for i, ep in enumerate(episodes):
-        used[task_of[i]] += cost(ep)
+    used = np.bincount(task_of, [_cost(ep) for ep in episodes], minlength=P).astype(float)   # (P,) tokens so far
     budget = group_size * used / M
     open_ = used < budget                                                      # (P,) tasks still filling
     rounds = 0
@@ -135,7 +137,7 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
             w = branch_weights(episodes, cands, strategy, core, tau=tau, beta=beta)
             picks = [cands[c] for c in _pick(w, nb, strategy, rng)]
             if fill == "tokens":
-                take = take_branches(np.array([cost(episodes[e], k) for e, k in picks], float), budget[p] - used[p])
+                take = take_branches(np.array([_cost(episodes[e], k) for e, k in picks], float), budget[p] - used[p])
                 open_[p] = bool(take.all())
                 picks = [pk for pk, t in zip(picks, take) if t]
             for e, k in picks:
@@ -148,7 +150,7 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
         sub = core.from_rows(states)
         play(policy, sub, new_eps, codec, s, keep_states=True, grammar=grammar)
         for ep, (p, k) in zip(new_eps, new_task):
-            used[p] += cost(ep, k)
+            used[p] += _cost(ep, k)
             task_of.append(p)
         episodes += new_eps
         if fill == "rounds":
