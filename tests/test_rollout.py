@@ -6,7 +6,7 @@ import torch
 from toyrl.envs import VOID, make_core
 from toyrl.policies import make_policy
 from toyrl.rollout import ToyCodec, build_context, recompute_logp, rollout
-from toyrl.rollout.tree import branch_weights, tree_rollout
+from toyrl.rollout.tree import branch_weights, take_branches, tree_rollout
 
 from conftest import NoCache
 
@@ -108,10 +108,11 @@ def test_t2po_resamples_and_counts_tokens():
 def test_tree_rollout_shares_prefixes_and_respects_budget(strategy):
     core, codec, policy, tasks, group = setup(B=16, G=4)
     ro = tree_rollout(policy, core, tasks[::4], group[::4], codec=codec, group_size=4, strategy=strategy,
-                      rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0))
+                      rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0), fill="tokens")
     b = ro.batch
     assert b.B > 4 * 2                                                        # branches were added
-    assert ro.stats["tokens_generated"] >= ro.stats["token_budget"] or ro.stats["tree_rounds"] == 16
+    # the spend lands within half an episode's worst cost (max_turns x max_new / 2) per task of the budget
+    assert abs(ro.stats["tokens_generated"] - ro.stats["token_budget"]) <= 4 * 8 * codec.max_new / 2
     # a branch shares its parent's first turns (same records, same node ids, same tokens)
     shared = 0
     for i in range(b.B):
@@ -125,6 +126,34 @@ def test_tree_rollout_shares_prefixes_and_respects_budget(strategy):
                 assert torch.equal(b.tokens[i, :end], b.tokens[j, :end])
     assert shared > 0
     assert (b.group[:, None] == torch.as_tensor(group[::4])[None]).any(1).all()
+
+
+def test_take_branches():
+    assert take_branches(np.array([10.0, 10.0, 10.0]), 24).tolist() == [True, True, False]
+    assert take_branches(np.array([10.0, 10.0, 10.0]), 26).tolist() == [True, True, True]
+    assert take_branches(np.array([30.0, 2.0]), 10).tolist() == [False, False]    # no cheap filler after a misfit
+    assert take_branches(np.array([4.0]), 0).tolist() == [False]
+    core, codec, policy, tasks, group = setup()
+    with pytest.raises(ValueError, match="fill"):
+        tree_rollout(policy, core, tasks[::4], group[::4], codec=codec, group_size=4, fill="round")
+
+
+def test_tree_spends_the_chains_tokens():
+    """At fill="tokens" the tree arm generates the tokens of G independent episodes per task: summed over 4 seeds
+    of 32 random 4x4 tasks x G=8 (untrained policy), within 5% of the chain arm's; the old per-round rule
+    (fill="rounds") overshoots by more than 10%."""
+    spent = {"tokens": 0, "rounds": 0}
+    chains = 0
+    for seed in range(4):
+        core, codec, policy, tasks, group = setup(B=256, G=8, seed=seed, max_turns=12, map_name="4x4")
+        ch = rollout(policy, core, tasks, group, codec=codec, generator=torch.Generator().manual_seed(seed))
+        chains += sum(len(t.gen) for e in ch.episodes for t in e.turns)
+        for fill in spent:
+            tr = tree_rollout(policy, core, tasks[::8], group[::8], codec=codec, group_size=8, fill=fill,
+                              rng=np.random.default_rng(seed), generator=torch.Generator().manual_seed(seed + 10))
+            spent[fill] += tr.stats["tokens_generated"]
+    assert abs(spent["tokens"] / chains - 1) < 0.05
+    assert spent["rounds"] / chains > 1.10
 
 
 def test_forked_state_replays_the_episode():

@@ -37,6 +37,12 @@ gradient), and such a span is reported as no freeze rather than as one.
 
 ``classify`` applies both rules (and the std-drop lead) and is what the ledger, the scorecard and
 notebook 02 read; ``RULE`` holds the ledger's settings, named ``RULE_NAME`` in stored results.
+
+**Collapse against the task's floor** (``floor_collapse_step``, named ``FLOOR_RULE_NAME``): the same rule on
+the success measured above the no-information level f of the task (the success of the same policy with its
+reasoning scrambled), n_t = (m_t - f) / (P_t - f). Where forgetting the reasoning leaves half the success (the
+blind T-maze: f near 1/2), the plain rule's line 0.5 x P_t sits on f and a run that forgets cannot cross it;
+measured from f, forgetting is n near 0, a collapse.
 """
 from __future__ import annotations
 
@@ -45,7 +51,8 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["RULE_NAME", "RULE", "smooth", "collapse_step", "std_drop_step", "freeze_span", "classify"]
+__all__ = ["RULE_NAME", "RULE", "FLOOR_RULE_NAME", "smooth", "collapse_step", "std_drop_step", "freeze_span",
+           "classify", "floor_normalized", "floor_collapse_step"]
 
 RULE_NAME = "collapse-v2"
 """the name stored with results computed by ``classify`` (older results used the argmax-peak rule)"""
@@ -53,6 +60,8 @@ RULE = dict(frac=0.5, persist=None, min_peak=0.2, w=5, std_min_peak=0.05, min_le
 """the ledger's and the scorecard's settings of ``classify``: a 5-step trailing mean (as the earlier rule
 smoothed), a fall to below half the running peak that lasts to the end of the run, and freezes of >= 10
 steps"""
+FLOOR_RULE_NAME = "collapse-floor-v1"
+"""the name of ``floor_collapse_step``'s rule (collapse-v2 measured above the task's floor) in stored results"""
 
 
 # ---- checks -----------------------------------------------------------------------------------------------
@@ -212,3 +221,41 @@ def classify(mean, std, grad_norm, *, frac: float = 0.5, persist: Optional[int] 
             "std_first": None if tc is None else ts is not None and ts < tc,
             "frozen": span is not None, "t_freeze": None if span is None else span[0],
             "freeze_len": 0 if span is None else span[1] - span[0]}
+
+
+# ---- the collapse rule measured against the task's floor ----------------------------------------------------
+def _floor(floor: float) -> float:
+    if not np.isfinite(floor):
+        raise ValueError(f"floor must be a finite success level (the scrambled-reasoning success), got {floor}")
+    return float(floor)
+
+
+def floor_normalized(success, floor: float, *, w: int = 1) -> np.ndarray:
+    """Success measured from the task's floor against the running peak: (N,)
+
+        n_t = (m_t - f) / (P_t - f),   m = smooth(success, w),  P_t = max_{s <= t} m_s
+
+    NaN where P_t <= f (nothing learned above the floor yet) or m_t is NaN. Example (w 1): success
+    [.5, 1, .75, .5], floor .5 -> [nan, 1, .5, 0].
+    """
+    f = _floor(floor)
+    m = smooth(success, w)                                                    # (N,)
+    peak = np.fmax.accumulate(m) if len(m) else m                             # (N,) running peak, NaN-blind
+    gain = peak - f
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(gain > 0, (m - f) / np.where(gain > 0, gain, 1.0), np.nan)
+
+
+def floor_collapse_step(success, grad_norm, floor: float, *, frac: float = 0.5, persist: Optional[int] = None,
+                        min_gain: float = 0.2, w: int = 1) -> Optional[int]:
+    """``collapse_step`` measured from the task's floor f: the first step t at which n_t = (m_t - f) / (P_t - f)
+    falls below ``frac`` and stays there (to the end, or ``persist`` steps), with P_t - f >= ``min_gain`` (the
+    run had learned above the floor) and a non-zero gradient in the fall; None otherwise. It is collapse_step on
+    success - f (the running peak and the smoothing shift with it), so f = 0 gives the plain rule.
+
+    Examples (w 1, grads 1): success [.9, .9, .5, .5, .5], floor .5 -> 2 (forgot: n = 0; the plain rule's line
+    .45 is never crossed); floor 0 -> None; success [.5, .5, .5], floor .5 -> None (floor == peak: no gain).
+    """
+    f = _floor(floor)
+    return collapse_step(_series(success, "success") - f, grad_norm, frac=frac, persist=persist, min_peak=min_gain,
+                         w=w)

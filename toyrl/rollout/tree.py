@@ -28,7 +28,7 @@ import torch
 from ..envs.experts import process_scores
 from .engine import Episode, Sampling, play, to_rollout, turn_grammar
 
-__all__ = ["STRATEGIES", "tree_rollout", "branch_weights"]
+__all__ = ["STRATEGIES", "tree_rollout", "branch_weights", "take_branches"]
 
 STRATEGIES = ("tree", "arpo", "patr")
 
@@ -60,22 +60,56 @@ def _pick(w: np.ndarray, n: int, strategy: str, rng: np.random.Generator) -> np.
     return rng.choice(len(w), size=n, replace=True, p=p)
 
 
+def _cost(ep: Episode, k0: int = 0) -> int:
+    """Tokens an episode generated from turn ``k0`` on."""
+    return sum(len(t.gen) for t in ep.turns[k0:])
+
+
+def take_branches(cost: np.ndarray, left: float) -> np.ndarray:
+    """Which proposed branches (expected costs ``cost`` (n,), in order) a task with ``left`` budget tokens takes.
+
+    Branches are taken in order while the budget left is at least half the next one's expected cost (its parent's
+    generated tokens from the branch point on); the first that does not fit stops the task. The last decision
+    rounds the spend to the nearer side of the budget, so the expected spend is the budget. Example: costs
+    [10, 10, 10], left 24 -> [True, True, False] (24 -> 14 -> 4, and 4 < 10 / 2); left 26 -> all three (6 >= 5);
+    costs [30, 2], left 10 -> [False, False] (the cheap second branch is not used to fill the gap).
+    """
+    take = np.zeros(len(cost), bool)
+    for i, c in enumerate(cost):
+        if left <= 0 or left < c / 2:                    # the first branch that does not fit ends the task: skipping
+            break                                        # it for a cheaper one would bias the spend upwards
+        take[i], left = True, left - c
+    return take
+
+
 @torch.no_grad()
 def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, group_size: int,
                  strategy: str = "tree", n_init: Optional[int] = None, branch: Optional[int] = None,
-                 max_rounds: int = 16, rng: Optional[np.random.Generator] = None,
+                 max_rounds: int = 16, fill: str = "rounds", rng: Optional[np.random.Generator] = None,
                  sampling: Optional[Sampling] = None, policy_version: int = 0, tau: float = 0.5,
                  beta: float = 0.2, **sampling_kw):
     """Tree rollouts for P tasks (``tasks`` (P, task_dim), ``group`` (P,)) at the token budget of
     ``group_size`` independent episodes per task. Returns a ``Rollout`` of all leaves.
 
-    ``n_init`` chains per task start the trees (default G // 2); each round adds ``branch`` branches
-    per task (default ``n_init``) until the task's generated tokens reach G x the mean cost of its
-    initial chains, or ``max_rounds``. ``sampling`` (or its fields as keywords) says how turns are
-    sampled. ``stats`` reports tokens used and the budget.
+    ``n_init`` chains per task start the trees (default G // 2); their mean generated tokens estimate an
+    independent episode's cost, so a task's budget is G x that mean (what G independent episodes would generate,
+    in expectation). Each round proposes ``branch`` branches per task (default ``n_init``); ``fill`` says how many
+    are taken:
+
+    - ``"rounds"`` (default, what the stored sweeps of lesson 7 and the claims before ``tree_budget_tokens`` ran):
+      every proposed branch while the task's tokens are below the budget, so the last round overshoots by up to a
+      round (on the snake 7x7, 16% over the independent arm).
+    - ``"tokens"``: a branch is taken while the task's budget left is at least half its expected cost (the
+      parent's generated tokens from the branch point, ``take_branches``), so the expected spend equals the
+      budget; a task stops at the first proposed branch that does not fit.
+
+    Stops after ``max_rounds``. ``sampling`` (or its fields as keywords) says how turns are sampled. ``stats``
+    reports tokens used and the budget.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if fill not in ("tokens", "rounds"):
+        raise ValueError(f"fill must be 'tokens' or 'rounds', got {fill!r}")
     s = sampling if sampling is not None else Sampling(**sampling_kw)
     grammar = turn_grammar(codec, s, policy.device)
     rng = rng or np.random.default_rng(0)
@@ -88,22 +122,25 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
     episodes = [Episode(codec.prompt(init, i), init_tasks[i], group=int(group[i // M])) for i in range(P * M)]
     task_of = [i // M for i in range(P * M)]
     play(policy, init, episodes, codec, s, keep_states=True, grammar=grammar)
-    cost = lambda ep, k0=0: sum(len(t.gen) for t in ep.turns[k0:])
-    used = np.zeros(P)
-    for i, ep in enumerate(episodes):
-        used[task_of[i]] += cost(ep)
+    used = np.bincount(task_of, [_cost(ep) for ep in episodes], minlength=P).astype(float)   # (P,) tokens so far
     budget = group_size * used / M
+    open_ = used < budget                                                      # (P,) tasks still filling
     rounds = 0
-    while rounds < max_rounds and (used < budget).any():
+    while rounds < max_rounds and open_.any():
         rounds += 1
         new_eps, new_task, states = [], [], []
-        for p in np.flatnonzero(used < budget):
+        for p in np.flatnonzero(open_):
             cands = [(e, k) for e, ep in enumerate(episodes) if task_of[e] == p for k in range(1, len(ep.turns))]
             if not cands:
+                open_[p] = False
                 continue
             w = branch_weights(episodes, cands, strategy, core, tau=tau, beta=beta)
-            for c in _pick(w, nb, strategy, rng):
-                e, k = cands[c]
+            picks = [cands[c] for c in _pick(w, nb, strategy, rng)]
+            if fill == "tokens":
+                take = take_branches(np.array([_cost(episodes[e], k) for e, k in picks], float), budget[p] - used[p])
+                open_[p] = bool(take.all())
+                picks = [pk for pk, t in zip(picks, take) if t]
+            for e, k in picks:
                 parent = episodes[e]
                 new_eps.append(Episode(parent.prompt, parent.task, list(parent.turns[:k]), group=parent.group))
                 new_task.append((p, k))
@@ -113,9 +150,11 @@ def tree_rollout(policy, core, tasks: np.ndarray, group: np.ndarray, *, codec, g
         sub = core.from_rows(states)
         play(policy, sub, new_eps, codec, s, keep_states=True, grammar=grammar)
         for ep, (p, k) in zip(new_eps, new_task):
-            used[p] += cost(ep, k)
+            used[p] += _cost(ep, k)
             task_of.append(p)
         episodes += new_eps
+        if fill == "rounds":
+            open_ = used < budget
     ro = to_rollout(episodes, codec, policy.device, context=s.context, grammar=grammar, temperature=s.temperature,
                     policy_version=policy_version,
                     stats={"tokens_generated": int(used.sum()), "token_budget": int(budget.sum()),

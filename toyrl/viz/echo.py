@@ -34,11 +34,12 @@ from ..lab.results import atomic_write
 from ..train.runlog import RunLog, encode
 from ..train import TrainConfig, train
 from .plots import log_columns, mark_steps, smooth
-from .style import figsize, font_size, styled, subplots
+from .style import _PALETTE, ARM_COLORS, arm_color, figsize, font_size, styled, subplots
 
 __all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "freeze_step",
            "precompute", "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "ledger_tests",
-           "DATA_DIR", "LEDGER_DIR", "SETTING_NAME", "REPLAY_KEYS", "REPLAY_STEPS", "replay_divergence"]
+           "DATA_DIR", "LEDGER_DIR", "SETTING_NAME", "REPLAY_KEYS", "REPLAY_STEPS", "replay_divergence",
+           "POP_ROWS", "population_tables", "population_counts", "plot_population"]
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "echo_trap"
 LEDGER_DIR = Path(__file__).resolve().parents[2] / "data" / "claims"
@@ -274,6 +275,75 @@ def echo_panel(filter_on: bool = False, top_p: float = 0.25, critic: bool = Fals
     s, m = collapse_steps(log)
     return plot_echo(log, title=f"{v}, {SETTING_NAME}, seed {seed}: std drop at {s}, mean drop at {m}, "
                                 f"freeze at {freeze_step(log)}")
+
+
+POP_ROWS = (("blind_echo", "grpo", "GRPO (blind_echo)"), ("blind_echo", "kl", "KL to the BC start"),
+            ("blind_echo", "skip_zero_adv", "skip zero-adv. steps"), ("blind_fixes", "grpo", "GRPO (blind_fixes)"),
+            ("blind_fixes", "starpo_s", "StarPO-S filter"), ("blind_fixes", "critic", "critic (GAE)"),
+            ("blind_fixes", "entropy", "entropy bonus"), ("blind_fixes", "clip_higher", "clip-higher"))
+"""the population figure's rows: (ledger claim, arm, label); each claim keeps its own GRPO arm (paired by seed)"""
+
+
+def population_tables() -> dict:
+    """block -> claim -> ``toyrl.viz.blind.claim_table`` of the stored blind_echo / blind_fixes runs, every run
+    judged now (seeds 0-9 in ``data/claims``, seeds 10-19 in ``data/claims/heldout``)."""
+    from .blind import claim_table, load_series, series_path
+    return {block: {c: claim_table(load_series(series_path(c, heldout))) for c in ("blind_echo", "blind_fixes")}
+            for block, heldout in (("seeds 0-9", False), ("seeds 10-19", True))}
+
+
+def population_counts(tables: dict, rows=POP_ROWS) -> dict:
+    """block -> row label -> {"arm", "seeds", "forgot", "collapsed"} from ``population_tables``' shape.
+
+    Example: {"b": {"blind_echo": {"grpo": {"seeds": 10, "forgot": 5, "collapsed": 3, ...}}}} with the row
+    ("blind_echo", "grpo", "GRPO") -> {"b": {"GRPO": {"arm": "grpo", "seeds": 10, "forgot": 5, "collapsed": 3}}}.
+    """
+    out = {}
+    for block, t in tables.items():
+        miss = [(c, a) for c, a, _ in rows if a not in t.get(c, {})]
+        if miss:
+            raise ValueError(f"tables[{block!r}] lacks the (claim, arm) rows {miss}")
+        out[block] = {label: {"arm": a, **{k: int(t[c][a][k]) for k in ("seeds", "forgot", "collapsed")}}
+                      for c, a, label in rows}
+    return out
+
+
+@styled
+def plot_population(counts: Optional[dict] = None):
+    """How many seeds of each arm forget the cue (final success <= ``FORGOT_AT``) and collapse by the ledger's
+    rule, one panel per block of 10 seeds (shared axes), one row per arm in its fixed colour: solid bars forgot,
+    hatched bars collapsed (a run can do both). ``counts``: ``population_counts`` (default: the stored runs)."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+    from ..lab.claims.echo import FORGOT_AT
+    counts = population_counts(population_tables()) if counts is None else counts
+    arms = sorted({r["arm"] for rows in counts.values() for r in rows.values()},
+                  key=lambda a: {"critic": "gae"}.get(a, a) not in ARM_COLORS)      # listed colours first
+    colors = {}                                    # arm -> its fixed colour (the critic is GAE's); a hash clash
+    for a in arms:                                 # takes the next free palette colour, so no two rows share one
+        c, free = arm_color({"critic": "gae"}.get(a, a)), [p for p in _PALETTE if p not in colors.values()]
+        colors[a] = c if c not in colors.values() or not free else free[0]
+    fig, axes = subplots(1, len(counts), size=figsize(10, 5.2), sharex=True, sharey=True, layout="constrained",
+                         squeeze=False)
+    for ax, (block, rows) in zip(axes[0], counts.items()):
+        y = np.arange(len(rows))[::-1]                                          # first row on top
+        for yi, (label, r) in zip(y, rows.items()):
+            c = colors[r["arm"]]
+            ax.barh(yi + 0.2, r["forgot"], height=0.38, color=c)
+            ax.barh(yi - 0.2, r["collapsed"], height=0.38, color="white", edgecolor=c, hatch="///")
+        ax.set_yticks(y, list(rows), fontsize=font_size("tick"))
+        ax.set_ylabel("arm", fontsize=font_size("label")) if ax is axes[0, 0] else ax.yaxis.set_visible(False)
+        n = max(r["seeds"] for r in rows.values())
+        ax.set_xlim(0, n)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(f"seeds (of {n})", fontsize=font_size("label"))
+        ax.set_title(block, fontsize=font_size("title"))
+        ax.tick_params(labelsize=font_size("tick"))
+    handles = [Patch(color="0.4", label=f"forgot the cue (final success <= {FORGOT_AT})"),
+               Patch(facecolor="white", edgecolor="0.4", hatch="///", label="collapsed (the ledger's rule)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=font_size("legend"))
+    fig.suptitle("blind T-maze 5x5 (blind_echo, blind_fixes): seeds per arm", fontsize=font_size("suptitle"))
+    return fig
 
 
 if __name__ == "__main__":

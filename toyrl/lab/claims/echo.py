@@ -12,10 +12,13 @@ start) and the one this toy's measurements point at (no optimizer step on an all
 """
 from __future__ import annotations
 
-from .spec import Claim, Test, about
+import numpy as np
+
+from ...collapse import RULE, classify, floor_collapse_step
+from .spec import Claim, Test, about, final
 from .stability import _echo_metrics
 
-__all__ = ["ECHO_CLAIMS", "BLIND_BASE", "FORGOT_AT"]
+__all__ = ["ECHO_CLAIMS", "BLIND_BASE", "FORGOT_AT", "task_floor", "floor_view"]
 
 BLIND_BASE = dict(env="gridworld", env_kwargs={"size": 5, "layout": "tmaze"}, policy="small", context="blind",
                   context_k=1, n_think=4, think_max=2, estimator="grpo", prompts_per_step=8, group_size=8,
@@ -68,3 +71,37 @@ blind_fixes = Claim(
     metrics=_blind_metrics, curve=("success_rate", "reward_std", "template_mi"), curve_label="success / std / MI")
 
 ECHO_CLAIMS = [blind_echo, blind_fixes]
+
+
+def task_floor(name: str = "tmaze", *, episodes: int = 512, seed: int = 0) -> dict:
+    """The task's no-information level: the success of the shipped warm start ``name`` (the blind claims' BC
+    recipe) with every reasoning token scrambled before later turns read it, on ``episodes`` fresh tasks; and
+    its success intact on the same tasks (``toyrl.lab.warmstart.reasoning_value``). {"floor", "intact"}."""
+    from ...train import TrainConfig
+    from ...train.trainer import Trainer
+    from ...train.warmstart import MATCH, WARMSTARTS
+    from ..warmstart import reasoning_value
+    if name not in WARMSTARTS:
+        raise ValueError(f"name must be one of {', '.join(WARMSTARTS)}, got {name!r}")
+    cfg = TrainConfig(**{k: WARMSTARTS[name][k] for k in MATCH}, init=name, prompts_per_step=1, group_size=2,
+                      steps=0, progress=False)
+    tr = Trainer(cfg)
+    v = reasoning_value(tr.policy, tr.codec, cfg, episodes=episodes, seed=seed)
+    return {"floor": v["scrambled"], "intact": v["intact"]}
+
+
+def floor_view(series: dict, floor: float) -> dict:
+    """A post-hoc view of stored runs (arm -> seed -> series) under both collapse rules: arm -> {"seeds",
+    "collapsed" (``classify``, the ledger's RULE), "collapsed_floor" (``floor_collapse_step`` on the success rate
+    with the same frac, persistence, smoothing and min gain = RULE's min peak), "forgot" (final success <=
+    ``FORGOT_AT``), "final"}. Not a verdict: the rule was written after these runs were seen."""
+    kw = {k: RULE[k] for k in ("frac", "persist", "w")}
+    out = {}
+    for arm, runs in series.items():
+        old = [classify(r["reward_mean"], r["reward_std"], r["grad_norm"], **RULE)["collapsed"] for r in runs.values()]
+        new = [floor_collapse_step(r["success_rate"], r["grad_norm"], floor, min_gain=RULE["min_peak"], **kw)
+               is not None for r in runs.values()]
+        fin = [final(r["success_rate"]) for r in runs.values()]
+        out[arm] = {"seeds": len(fin), "collapsed": int(sum(old)), "collapsed_floor": int(sum(new)),
+                    "forgot": int(sum(f <= FORGOT_AT for f in fin)), "final": float(np.mean(fin))}
+    return out

@@ -116,6 +116,17 @@ tree_budget = Claim(
            Test("tree - independent, fresh-episode success AUC", "auc_eval_success", "tree", "independent")],
     metrics=_metrics, steps=40, quick_steps=10, curve="eval_success_rate", curve_label="fresh-episode success (eval)")
 
+tree_budget_tokens = Claim(
+    name="tree_budget_tokens", **about("tree_budget_tokens"),
+    base={**SNAKE_BASE, **TASKS["s7"], "eval_every": 10, "eval_episodes": 64},
+    arms={"independent": {"rollout": "independent", "estimator": "grpo"},
+          "tree": {"rollout": "tree", "estimator": "tree_grpo", "tree_kwargs": {"fill": "tokens"}}},
+    tests=[Test("tree - independent, final fresh-episode success", "final_eval_success", "tree", "independent"),
+           Test("tree - independent, fresh-episode success AUC", "auc_eval_success", "tree", "independent")],
+    metrics=_metrics, steps=40, quick_steps=10, curve="eval_success_rate", curve_label="fresh-episode success (eval)")
+"""tree_budget again with the budget filled in generated tokens (``tree_rollout(fill="tokens")``): both arms
+generate the same tokens per step in expectation, where tree_budget's tree spent 16% more"""
+
 LAKES6 = dict(env="gridworld", env_kwargs={"size": 6, "max_turns": 30}, policy="small", prompts_per_step=8,
               group_size=8, bc_steps=40, bc_optimizer="continue", lr=1e-3)
 """random 6x6 lakes from a per-seed 40-step clone: about half the groups always or never solved (pilot: 0.45-0.49)"""
@@ -127,4 +138,4 @@ rwnorm_mix = Claim(
     tests=[Test("mean-only - std-normalized, final success", "final_success", "mean_only", "std_norm")],
     metrics=_metrics, steps=40, quick_steps=10)
 
-HORIZON_CLAIMS = [gigpo_horizon, turn_critic, dense_farmable, tree_budget, rwnorm_mix]
+HORIZON_CLAIMS = [gigpo_horizon, turn_critic, dense_farmable, tree_budget, rwnorm_mix, tree_budget_tokens]

@@ -8,13 +8,18 @@
 
     g_level = || d/dtheta L_PPO(ratio=level; batch, theta) ||_2,    effect = log10 g_token - log10 g_turn
 
-so the comparison has no sampling noise between arms. Both return {"metrics": ..., "series": ...}.
+so the comparison has no sampling noise between arms.
+
+``starpo_split_measure``: a StarPO-S run in the blind T-maze (blind_fixes' ``starpo_s`` arm), logging at every
+step what the filter kept against what it dropped and against a random keep of as many groups (``kept_split``),
+so a claim can ask whether the filter drops the groups that still carry the cue. Each returns
+{"metrics": ..., "series": ...}.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["context_measure", "ratio_grad_measure", "RATIO_BASE"]
+__all__ = ["context_measure", "ratio_grad_measure", "RATIO_BASE", "kept_split", "starpo_split_measure"]
 
 RATIO_BASE = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, prompts_per_step=4, staleness=4,
                   lr=1e-2, grad_clip=0.0)
@@ -99,3 +104,59 @@ def ratio_grad_measure(arm: str, seed: int, quick: bool) -> dict:
     return {"metrics": {"log10_token_over_turn": float(np.mean(d)), "turn_smaller_frac": float(np.mean(d > 0)),
                         "reasoning_tokens_per_turn": float(np.mean(think))},
             "series": {"grad_token": g_tok, "grad_turn": g_turn, "reasoning_tokens_per_turn": think}}
+
+
+def kept_split(batch, keep, rng=None) -> dict:
+    """Mean reward and template MI (RAGEN-2's I(X; Z): ``toyrl.diagnostics.template_entropy_mi`` over the turns'
+    policy-token templates and the rollouts' tasks) of the rollouts a filter kept (``keep`` (B,) bool), of those
+    it dropped, and of a random keep of as many whole groups (``rng``: a numpy Generator; default seed 0). NaN
+    for an empty side. The plug-in MI grows as samples per task shrink, so compare kept with random (same size),
+    not kept with dropped. Example: keep all -> dropped_* NaN, random_* = kept_*."""
+    import torch
+    from ...diagnostics import template_entropy_mi, turn_template_ids
+    keep = torch.as_tensor(keep, dtype=torch.bool, device=batch.tokens.device)
+    R = batch.outcome().float()                                                 # (B,)
+    ids, present = turn_template_ids(batch.tokens, batch.policy_mask, batch.turn_id, batch.H)   # (B, H) each
+    present &= batch.turn_mask
+    task = (batch.task if batch.task is not None else batch.group)[:, None].expand(-1, batch.H)   # (B, H)
+    groups = torch.unique(batch.group)
+    n_kept = len(torch.unique(batch.group[keep]))
+    rng = rng if rng is not None else np.random.default_rng(0)
+    pick = groups[torch.as_tensor(rng.permutation(len(groups))[:n_kept], dtype=torch.long)]
+    out = {}
+    for side, rows in (("kept", keep), ("dropped", ~keep), ("random", torch.isin(batch.group, pick))):
+        m = present & rows[:, None]
+        out[f"{side}_reward"] = float(R[rows].mean()) if bool(rows.any()) else float("nan")
+        out[f"{side}_template_mi"] = template_entropy_mi(ids[m], task[m])[1] if bool(m.any()) else float("nan")
+    return out
+
+
+def starpo_split_measure(arm: str, seed: int, quick: bool) -> dict:
+    """Train blind_fixes' StarPO-S arm (the blind T-maze, keep the top quarter of groups by reward std) and log
+    ``kept_split`` of every step's batch. The run is the plain run: ``prepare`` is only watched. Per seed: the
+    means over steps of kept - random template MI and reward, kept - dropped reward, and the final success."""
+    import torch
+    torch.set_num_threads(1)
+    from ...train import Trainer, TrainConfig
+    from .echo import BLIND_BASE
+    if arm != "starpo_s":
+        raise ValueError(f"arm must be 'starpo_s', got {arm!r}")
+    tr = Trainer(TrainConfig(**BLIND_BASE, filters=["starpo_s"], filter_kwargs={"starpo_s": {"p": 0.25}},
+                             steps=20 if quick else 60, seed=seed, progress=False))
+    rows, watched, rng = [], tr.prepare, np.random.default_rng([seed, 7])
+
+    def prepare(ro):
+        prep = watched(ro)
+        rows.append(kept_split(ro.batch, prep.keep, rng))
+        return prep
+    tr.prepare = prepare
+    log = tr.run()
+    col = {k: np.array([r[k] for r in rows], float) for k in rows[0]}
+    succ = np.asarray(log.column("success_rate"), float)
+    mean = lambda x: float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")   # noqa: E731
+    return {"metrics": {"kept_minus_random_mi": mean(col["kept_template_mi"] - col["random_template_mi"]),
+                        "kept_minus_random_reward": mean(col["kept_reward"] - col["random_reward"]),
+                        "kept_minus_dropped_reward": mean(col["kept_reward"] - col["dropped_reward"]),
+                        "final_success": float(np.mean(succ[-max(5, len(succ) // 5):]))},
+            "series": {**{k: v.tolist() for k, v in col.items()}, "success_rate": succ.tolist(),
+                       "template_mi": np.asarray(log.column("template_mi"), float).tolist()}}

@@ -1,0 +1,26 @@
+"""The blind T-maze's floor (scrambled-reasoning success) and the post-hoc view of stored runs under both rules."""
+import numpy as np
+import pytest
+
+from toyrl.lab.claims.echo import floor_view, task_floor
+
+
+def _run(success, grad=1.0):
+    s = np.asarray(success, float)
+    return {"success_rate": s, "reward_mean": s, "reward_std": np.full(len(s), 0.3), "grad_norm": np.full(len(s), grad)}
+
+
+def test_floor_view_counts_forgetting_as_a_floor_collapse():
+    forgot = _run([0.95] * 10 + [0.5] * 30)          # the cue lost: at the floor, above 0.5 x peak
+    held = _run([0.95] * 40)
+    crashed = _run([0.95] * 10 + [0.1] * 30)          # below both lines
+    v = floor_view({"grpo": {0: forgot, 1: held, 2: crashed}}, 0.5)["grpo"]
+    assert v == {"seeds": 3, "collapsed": 1, "collapsed_floor": 2, "forgot": 2, "final": pytest.approx((0.5 + 0.95 + 0.1) / 3)}
+    assert floor_view({"a": {0: forgot}}, 0.0)["a"]["collapsed_floor"] == 0      # floor 0: the plain line
+
+
+def test_task_floor_is_below_the_intact_success():
+    f = task_floor("tmaze", episodes=64)
+    assert 0.2 < f["floor"] < f["intact"]             # scrambling the reasoning costs the cue
+    with pytest.raises(ValueError, match="name"):
+        task_floor("nope")
