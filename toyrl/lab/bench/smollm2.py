@@ -132,15 +132,13 @@ def sampling_speed(tr, reps: int = 2) -> dict:
 def measure(steps: int, bc_steps: int, lora_r: int = 0, seed: int = 0, policy: str = "smollm2",
             grad_ckpt: bool = False) -> dict:
     """The multi-turn figures (see the module docstring) from one Trainer; ``grad_ckpt``: the model's blocks
-    recompute their activations in backward (``gradient_checkpointing_enable``) instead of keeping them."""
+    recompute their activations in backward instead of keeping them (``TrainConfig.grad_ckpt``)."""
     import numpy as np
     import torch
     from toyrl.rollout.engine import recompute_logp
     from toyrl.train import TrainConfig, Trainer
-    tr = Trainer(TrainConfig(**{**SETTING, "policy": policy}, lora_r=lora_r, bc_steps=bc_steps, steps=steps,
-                             seed=seed, progress=False))
-    if grad_ckpt:
-        tr.policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    tr = Trainer(TrainConfig(**{**SETTING, "policy": policy}, lora_r=lora_r, grad_ckpt=grad_ckpt, bc_steps=bc_steps,
+                             steps=steps, seed=seed, progress=False))
     out = {"valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns),
            "lora_r": lora_r, "grad_ckpt": grad_ckpt}
     if bc_steps:
