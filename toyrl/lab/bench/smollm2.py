@@ -105,11 +105,13 @@ class PhaseMeter:
 
 def sampling_speed(tr, reps: int = 2) -> dict:
     """Tokens per second of ``HFPolicy.generate`` and of the model's ``model.generate`` on one batch of the trainer's
-    prompts (B rows, ``REPLY`` new tokens each, no stop token, plain sampling at temperature 1); best of ``reps``."""
+    prompts (B rows, ``REPLY`` new tokens each, no stop token, plain sampling at temperature 1, the policy in eval
+    mode); best of ``reps``."""
     import numpy as np
     import torch
     from toyrl.rollout.flatten import left_pad
     pol, core = tr.policy, tr.core
+    pol.eval()                  # in training mode a checkpointed model's own generate would run without its KV cache
     core.reset(np.repeat(core.sample_tasks(np.random.default_rng(0), tr.cfg.prompts_per_step), tr.cfg.group_size, 0))
     ctx, mask = left_pad([tr.codec.prompt(core, i) for i in range(core.num_envs)], tr.codec.PAD, pol.device)
     hf_kw = dict(do_sample=True, max_new_tokens=REPLY, min_new_tokens=REPLY, top_k=0, top_p=1.0, temperature=1.0,
