@@ -20,7 +20,8 @@ The model is loaded with ``local_files_only=True``: the path must exist on disk 
 run time). ``lora={"r": 8, "alpha": 16}`` wraps the model in LoRA adapters with ``peft`` when it is
 installed (only the adapters train); ``grad_ckpt=True`` recomputes each block's activations in backward
 (``toyrl.policies.hf_load``). ``autocast="bf16"`` runs forwards under bf16 autocast; the
-softmax over the vocabulary is always taken in fp32.
+softmax over the vocabulary is always taken in fp32. The tokenizer side (special ids, chat template) is
+``toyrl.policies.hf_chat``; loading, LoRA, checkpointing and the CPU heap setting ``toyrl.policies.hf_load``.
 """
 from __future__ import annotations
 
