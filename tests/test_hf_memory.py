@@ -150,3 +150,19 @@ def test_smollm2_lora_update_fits_the_budget():
     meter.watch(tr, "update", "update")
     row = tr.step()
     assert row["tokens_generated"] > 0 and meter.peak_gb["update"] < 2.0, meter.peak_gb
+
+
+def test_heap_is_set_per_pass_on_cpu(dirs):
+    """A gradient pass hands mid-sized blocks back to the kernel; generation keeps them for the growing KV cache."""
+    from toyrl.policies import hf_load
+    policy = HFPolicy.from_pretrained(dirs["gpt2"])
+    if not policy.heap:
+        pytest.skip("no glibc here: the heap is left as it is")
+    tok, mask = batch()
+    with torch.no_grad():
+        policy.logprobs(tok, mask)                             # no gradient: the setting is left as it was
+    assert hf_load._heap_set["threshold"] == hf_load.DECODE_MMAP_THRESHOLD
+    policy.logprobs(tok, mask)
+    assert hf_load._heap_set["threshold"] == HEAP_MMAP_THRESHOLD
+    policy.generate(tok, mask, 2)
+    assert hf_load._heap_set["threshold"] == hf_load.DECODE_MMAP_THRESHOLD

@@ -37,7 +37,7 @@ from ..codecs.text import TextCodec
 from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens
 from .hf_chat import (HFTokenizer, chat_template_strings, model_token_ids, special_ids, system_head,  # noqa: F401
                       tokenizer_token_ids)
-from .hf_load import compact_heap, load_model
+from .hf_load import DECODE_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD, compact_heap, load_model
 
 __all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings", "special_ids", "model_token_ids",
            "system_head", "logit_transform"]
@@ -46,6 +46,9 @@ __all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings", "specia
 class HFPolicy(torch.nn.Module):
     """A ``transformers`` causal LM as a TokenPolicy (ids in, ids out)."""
 
+    heap = False
+    """True when the glibc heap is set per pass (CPU, ``from_pretrained``): a gradient pass hands freed blocks of
+    128 KiB or more back to the kernel (``HEAP_MMAP_THRESHOLD``), generation keeps them (``DECODE_MMAP_THRESHOLD``)"""
     logit_warp = None
     """None, or ``(logp_all (B, V), generator) -> logp_all'``: how a rollout engine copy samples
     differently from the trainer (set by ``toyrl.rollout.engines.make_engine``; see ``sample_step``)"""
@@ -66,11 +69,11 @@ class HFPolicy(torch.nn.Module):
         """Load a local model directory (config, weights, tokenizer) with ``hf_load.load_model``. ``lora``:
         LoraConfig fields (``r``, ``alpha``, ``dropout``, ``target_modules``), needs ``peft``; ``grad_ckpt``:
         recompute each block's activations in backward instead of keeping them. On CPU the process's heap is
-        made to hand freed blocks back (``hf_load.compact_heap``)."""
+        set per pass (``heap``, ``hf_load.compact_heap``)."""
         model, tok = load_model(path, dtype=dtype, lora=lora, grad_ckpt=grad_ckpt)
-        if torch.device(device).type == "cpu":
-            compact_heap()
-        return cls(model, tok, autocast).to(device)
+        policy = cls(model, tok, autocast).to(device)
+        policy.heap = torch.device(device).type == "cpu" and compact_heap(DECODE_MMAP_THRESHOLD)
+        return policy
 
     def codec(self, *, render: str = "full", max_new: int = 24, system: str = "") -> TextCodec:
         """The chat-style TextCodec of this tokenizer (template from ``chat_template_strings``). ``system``, an
@@ -133,6 +136,8 @@ class HFPolicy(torch.nn.Module):
         """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``), from
         the hidden states through the head in chunks (``score_tokens``): never the (B, T, V) logits."""
         attn_mask = attn_mask.bool()
+        if self.heap and torch.is_grad_enabled():
+            compact_heap(HEAP_MMAP_THRESHOLD)
         return score_tokens(self.hidden(tokens, attn_mask), self._head, tokens, attn_mask, allowed=allowed,
                             temperature=temperature)
 
@@ -168,6 +173,8 @@ class HFPolicy(torch.nn.Module):
         through the decoder and the head."""
         if max_new < 1 or temperature <= 0:
             raise ValueError(f"need max_new >= 1 and temperature > 0, got {max_new}, {temperature}")
+        if self.heap:
+            compact_heap(DECODE_MMAP_THRESHOLD)
         with self._cache_on():
             return self._generate(context, context_mask, max_new, temperature, stop_token=stop_token,
                                   allowed=allowed, greedy=greedy, generator=generator, past=past, constraint=constraint)

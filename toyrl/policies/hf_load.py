@@ -9,7 +9,7 @@ heap setting that keeps a CPU run's resident memory near what its tensors need.
   (``gradient_checkpointing_enable``, non-reentrant): the activations kept for backward shrink from every
   intermediate of every block to one (B, T, d) tensor per block, for about one more forward of time.
 - ``compact_heap``: on Linux with glibc, a fixed allocation size above which memory comes straight from the
-  kernel and goes back to it when freed. glibc otherwise raises that bound to the largest block freed so far
+  kernel and goes back to it when freed: small in a gradient pass, large while sampling. glibc otherwise raises that bound to the largest block freed so far
   (up to 32 MiB), after which the blocks of a training step's many mid-sized tensors stay in its heap, scattered
   among live ones, and the process's resident size grows far past its live tensors.
 """
@@ -23,11 +23,15 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ["load_model", "enable_grad_ckpt", "compact_heap", "HEAP_MMAP_THRESHOLD"]
+__all__ = ["load_model", "enable_grad_ckpt", "compact_heap", "HEAP_MMAP_THRESHOLD", "DECODE_MMAP_THRESHOLD"]
 
 HEAP_MMAP_THRESHOLD = 128 * 1024
-"""bytes: allocations at least this large are mapped from the kernel and unmapped when freed (glibc's own
-starting value, kept fixed by ``compact_heap``)"""
+"""bytes: in a gradient pass, allocations at least this large are mapped from the kernel and unmapped when freed
+(glibc's own starting value, kept fixed by ``compact_heap``)"""
+DECODE_MMAP_THRESHOLD = 32 * 1024 * 1024
+"""bytes: the bound while sampling (glibc's largest dynamic value): the KV cache grows by a new copy of every
+layer's keys and values at each token, and mapping each copy afresh costs a page fault per page, which made
+generation about twice as slow; from the heap the copies reuse the space of the ones before"""
 _M_MMAP_THRESHOLD = -3                                     # mallopt's parameter number (malloc.h)
 _heap_set = {}
 
@@ -37,7 +41,8 @@ def compact_heap(threshold: int = HEAP_MMAP_THRESHOLD) -> bool:
     freed blocks of that size or more go back to the kernel at once instead of staying in the heap. True when
     set (or already set to that value); False where there is no glibc (macOS, Windows, musl), which is left as
     it is. Example: compact_heap() -> True on Linux / glibc; the multi-turn SmolLM2 update's peak resident
-    memory then stays near its live tensors (see ``toyrl bench smollm2``).
+    memory then stays near its live tensors (see ``toyrl bench smollm2``). ``HFPolicy`` on CPU sets
+    ``HEAP_MMAP_THRESHOLD`` for a gradient pass and ``DECODE_MMAP_THRESHOLD`` for generation.
     """
     if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 4096:
         raise ValueError(f"threshold must be an integer >= 4096 bytes, got {threshold!r}")
