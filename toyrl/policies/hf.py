@@ -18,8 +18,10 @@ whole episode before the first rollout (``toyrl.train.limits.check_context``).
 
 The model is loaded with ``local_files_only=True``: the path must exist on disk (no hub download at
 run time). ``lora={"r": 8, "alpha": 16}`` wraps the model in LoRA adapters with ``peft`` when it is
-installed (only the adapters train). ``autocast="bf16"`` runs forwards under bf16 autocast; the
-softmax over the vocabulary is always taken in fp32.
+installed (only the adapters train); ``grad_ckpt=True`` recomputes each block's activations in backward
+(``toyrl.policies.hf_load``). ``autocast="bf16"`` runs forwards under bf16 autocast; the
+softmax over the vocabulary is always taken in fp32. The tokenizer side (special ids, chat template) is
+``toyrl.policies.hf_chat``; loading, LoRA, checkpointing and the CPU heap setting ``toyrl.policies.hf_load``.
 """
 from __future__ import annotations
 
@@ -31,120 +33,22 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..codecs.text import TEMPLATES, TextCodec
+from ..codecs.text import TextCodec
 from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens
+from .hf_chat import (HFTokenizer, chat_template_strings, model_token_ids, special_ids, system_head,  # noqa: F401
+                      tokenizer_token_ids)
+from .hf_load import DECODE_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD, compact_heap, load_model
 
 __all__ = ["HFPolicy", "HFPast", "HFTokenizer", "chat_template_strings", "special_ids", "model_token_ids",
            "system_head", "logit_transform"]
 
 
-class HFTokenizer:
-    """Adapter of a ``transformers`` tokenizer to the interface ``TextCodec`` reads. Its special ids come from
-    ``special_ids``: EOS and pad as the model's config names them, BOS only without a chat template."""
-
-    def __init__(self, tok, vocab_size: Optional[int] = None, model=None):
-        self.tok = tok
-        self.vocab_size = int(vocab_size or len(tok))
-        ids = special_ids(bool(getattr(tok, "chat_template", None)), model_token_ids(model), tokenizer_token_ids(tok))
-        self.bos_id, self.eos_id, self.pad_id = ids["bos"], ids["eos"], ids["pad"]
-        self.eos_ids = ids["eos_all"]
-        """every id the model's config names as an end of sequence (each one ends a reply)"""
-
-    def encode(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False)["input_ids"]
-
-    def decode(self, ids) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=True)
-
-    def id_texts(self) -> list[str]:
-        n = len(self.tok)
-        texts = [self.tok.convert_tokens_to_string([t]) if t is not None else ""
-                 for t in self.tok.convert_ids_to_tokens(list(range(n)))]
-        return texts + [""] * (self.vocab_size - n)
-
-
-ROLES = ("bos", "eos", "pad")
-
-
-def model_token_ids(model) -> dict:
-    """{role: [ids]} the model's generation config, then its config, names for bos / eos / pad (a list of EOS
-    ids kept in order, duplicates dropped); {} without a model. Example: a generation config eos [2, 0] and a
-    config eos 2 -> {"eos": [2, 0], ...}."""
-    out = {r: [] for r in ROLES}
-    if model is None:
-        return out
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    for source in (getattr(model, "generation_config", None), cfg):
-        for r in ROLES:
-            v = getattr(source, f"{r}_token_id", None)
-            for i in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(i, int) and i not in out[r]:
-                    out[r].append(i)
-    return out
-
-
-def tokenizer_token_ids(tok) -> dict:
-    """{role: id or None} of the tokenizer's own bos / eos / pad tokens."""
-    return {r: getattr(tok, f"{r}_token_id", None) for r in ROLES}
-
-
-def special_ids(has_template: bool, model_ids: dict, tok_ids: dict) -> dict:
-    """The special ids a text codec uses, the model's config first and the tokenizer's when it names none:
-
-        eos  = model's first EOS, else the tokenizer's           eos_all = every EOS id of either
-        pad  = model's pad, else the tokenizer's, else eos, else 0
-        bos  = None with a chat template (the template writes any BOS itself), else the model's BOS, else
-               the tokenizer's, else None (a base model without its BOS degenerates: Gemma-3 writes "111 ...")
-
-    Example: (False, {"bos": [1], "eos": [2], "pad": []}, {"bos": 1, "eos": 0, "pad": None}) ->
-    {"bos": 1, "eos": 2, "eos_all": (2, 0), "pad": 2}; with has_template=True bos is None.
-    """
-    def first(role):
-        mine = list(model_ids.get(role) or [])
-        return mine[0] if mine else tok_ids.get(role)
-
-    eos = first("eos")
-    eos_all = tuple(dict.fromkeys(list(model_ids.get("eos") or []) + [tok_ids.get("eos")]))
-    pad = first("pad")
-    return {"bos": None if has_template else first("bos"), "eos": eos,
-            "eos_all": tuple(int(i) for i in eos_all if i is not None),
-            "pad": int(pad if pad is not None else (eos if eos is not None else 0))}
-
-
-def chat_template_strings(tok) -> tuple[str, str, str]:
-    """(head, to_assistant, to_user) cut out of the tokenizer's chat template by rendering
-    [user U, assistant A, user O] with sentinels; TEMPLATES["plain"] when there is no template."""
-    if not getattr(tok, "chat_template", None):
-        return TEMPLATES["plain"]
-    msgs = [{"role": "user", "content": "\x01U\x01"}, {"role": "assistant", "content": "\x01A\x01"},
-            {"role": "user", "content": "\x01O\x01"}]
-    try:
-        s = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        head, rest = s.split("\x01U\x01")
-        to_asst, rest = rest.split("\x01A\x01")
-        to_user, _ = rest.split("\x01O\x01")
-    except Exception:                            # an unusual template: fall back to plain text
-        return TEMPLATES["plain"]
-    return head, to_asst, to_user
-
-
-def system_head(tok, system: str) -> Optional[str]:
-    """The chat template's head with ``system`` as its system message (what comes before the first user text),
-    None when there is no template or it takes no system role (then the instruction opens the user text).
-    Example (SmolLM2): "Be brief." -> "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"."""
-    if not system or not getattr(tok, "chat_template", None):
-        return None
-    msgs = [{"role": "system", "content": "\x01S\x01"}, {"role": "user", "content": "\x01U\x01"}]
-    try:
-        head = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True).split("\x01U\x01")[0]
-    except Exception:                            # a template that refuses a system role
-        return None
-    return head.replace("\x01S\x01", system) if head.count("\x01S\x01") == 1 else None
-
-
 class HFPolicy(torch.nn.Module):
     """A ``transformers`` causal LM as a TokenPolicy (ids in, ids out)."""
 
+    heap = False
+    """True when the glibc heap is set per pass (CPU, ``from_pretrained``): a gradient pass hands freed blocks of
+    128 KiB or more back to the kernel (``HEAP_MMAP_THRESHOLD``), generation keeps them (``DECODE_MMAP_THRESHOLD``)"""
     logit_warp = None
     """None, or ``(logp_all (B, V), generator) -> logp_all'``: how a rollout engine copy samples
     differently from the trainer (set by ``toyrl.rollout.engines.make_engine``; see ``sample_step``)"""
@@ -160,29 +64,16 @@ class HFPolicy(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: Union[str, Path], device="cpu", *, autocast: Optional[str] = None,
-                        dtype: Optional[torch.dtype] = None, lora: Optional[dict] = None) -> "HFPolicy":
-        """Load a local model directory (config, weights, tokenizer). ``lora``: LoraConfig fields
-        (``r``, ``alpha``, ``dropout``, ``target_modules``), needs ``peft``."""
-        try:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError:
-            raise ImportError("an hf: policy needs transformers: pip install 'toyrl[hf]'") from None
-        path = Path(path).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(f"no local model directory at {path} (HFPolicy never downloads)")
-        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                     **({"dtype": dtype} if dtype is not None else {}))
-        if lora is not None:
-            try:
-                from peft import LoraConfig, get_peft_model
-            except ImportError:
-                raise ImportError("lora=... needs peft: pip install 'toyrl[lora]'") from None
-            cfg = LoraConfig(r=lora.get("r", 8), lora_alpha=lora.get("alpha", 16),
-                             lora_dropout=lora.get("dropout", 0.0),
-                             target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
-            model = get_peft_model(model, cfg)
-        return cls(model, tok, autocast).to(device)
+                        dtype: Optional[torch.dtype] = None, lora: Optional[dict] = None,
+                        grad_ckpt: bool = False) -> "HFPolicy":
+        """Load a local model directory (config, weights, tokenizer) with ``hf_load.load_model``. ``lora``:
+        LoraConfig fields (``r``, ``alpha``, ``dropout``, ``target_modules``), needs ``peft``; ``grad_ckpt``:
+        recompute each block's activations in backward instead of keeping them. On CPU the process's heap is
+        set per pass (``heap``, ``hf_load.compact_heap``)."""
+        model, tok = load_model(path, dtype=dtype, lora=lora, grad_ckpt=grad_ckpt)
+        policy = cls(model, tok, autocast).to(device)
+        policy.heap = torch.device(device).type == "cpu" and compact_heap(DECODE_MMAP_THRESHOLD)
+        return policy
 
     def codec(self, *, render: str = "full", max_new: int = 24, system: str = "") -> TextCodec:
         """The chat-style TextCodec of this tokenizer (template from ``chat_template_strings``). ``system``, an
@@ -245,6 +136,8 @@ class HFPolicy(torch.nn.Module):
         """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``), from
         the hidden states through the head in chunks (``score_tokens``): never the (B, T, V) logits."""
         attn_mask = attn_mask.bool()
+        if self.heap and torch.is_grad_enabled():
+            compact_heap(HEAP_MMAP_THRESHOLD)
         return score_tokens(self.hidden(tokens, attn_mask), self._head, tokens, attn_mask, allowed=allowed,
                             temperature=temperature)
 
@@ -280,6 +173,27 @@ class HFPolicy(torch.nn.Module):
         through the decoder and the head."""
         if max_new < 1 or temperature <= 0:
             raise ValueError(f"need max_new >= 1 and temperature > 0, got {max_new}, {temperature}")
+        if self.heap:
+            compact_heap(DECODE_MMAP_THRESHOLD)
+        with self._cache_on():
+            return self._generate(context, context_mask, max_new, temperature, stop_token=stop_token,
+                                  allowed=allowed, greedy=greedy, generator=generator, past=past, constraint=constraint)
+
+    @contextlib.contextmanager
+    def _cache_on(self):
+        """The model in eval mode for the block when it checkpoints its blocks in training mode: a checkpointed
+        block drops the KV cache (``use_cache`` and ``past_key_values``), which generation reads."""
+        switch = self.model.training and bool(getattr(self.model, "is_gradient_checkpointing", False))
+        if switch:
+            self.model.eval()
+        try:
+            yield
+        finally:
+            if switch:
+                self.model.train()
+
+    def _generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float, *, stop_token,
+                  allowed, greedy, generator, past, constraint) -> Generation:
         dev = context.device
         stops = None if stop_token is None else torch.as_tensor(stop_token, device=dev).reshape(-1)
         n_ctx = int((context_mask.sum(1) + (0 if past is None else past.n_real + past.pending_mask.sum(1))).max())

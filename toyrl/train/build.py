@@ -9,7 +9,7 @@
 - a zoo name ("smollm2"): the directory ``toyrl models fetch NAME`` wrote (``toyrl.policies.zoo``), as hf:PATH.
 
 Text policies take an instruction (``system``, before the first observation); hf policies LoRA adapters
-(``lora_r``, ``policy_kwargs``).
+(``lora_r``) and gradient checkpointing (``grad_ckpt``), see ``policy_kwargs``.
 
 ``autocast="bf16"`` runs the policy's forward passes under bf16 autocast (CPU or CUDA).
 """
@@ -22,7 +22,7 @@ from ..policies.toy import PRESETS
 from ..policies.zoo import ZOO, resolve_model
 
 __all__ = ["build_policy", "policy_names", "is_policy_name", "check_policy_name", "check_text_options",
-           "policy_kwargs", "is_hf_policy"]
+           "check_grad_ckpt", "policy_kwargs", "is_hf_policy"]
 
 PRESETS_MAX_LEN = 192
 """the smallest context a toy preset gets"""
@@ -135,7 +135,8 @@ def check_text_options(policy: str, system: str, lora_r: int) -> None:
 
 def policy_kwargs(cfg) -> dict:
     """The keywords ``build_policy`` gets from a TrainConfig besides its own arguments: the instruction
-    (``system``) of a text policy and the LoRA adapters (``lora_r``, alpha = 2 r) of an hf policy.
+    (``system``) of a text policy, the LoRA adapters (``lora_r``, alpha = 2 r) and gradient checkpointing
+    (``grad_ckpt``; ValueError for a policy that is not hf, or a value that is not a bool) of an hf policy.
     Example: TrainConfig(policy="smollm2", system="Be brief.", lora_r=8) -> {"system": "Be brief.",
     "lora": {"r": 8, "alpha": 16}}; a toy preset -> {}."""
     kw = {}
@@ -143,7 +144,21 @@ def policy_kwargs(cfg) -> dict:
         kw["system"] = cfg.system
     if cfg.lora_r:
         kw["lora"] = {"r": int(cfg.lora_r), "alpha": 2 * int(cfg.lora_r)}
+    check_grad_ckpt(cfg.policy, cfg.grad_ckpt)
+    if cfg.grad_ckpt:
+        kw["grad_ckpt"] = True
     return kw
+
+
+def check_grad_ckpt(policy: str, grad_ckpt) -> None:
+    """ValueError if ``grad_ckpt`` is not a bool, or is True for a policy that is not hf (gradient checkpointing
+    is the Hugging Face model's own). Example: ("tiny", True) -> "grad_ckpt needs an hf policy (hf:PATH or a zoo
+    model: smollm2), got policy='tiny'"."""
+    if not isinstance(grad_ckpt, bool):
+        raise ValueError(f"grad_ckpt must be true or false, got {grad_ckpt!r}")
+    if grad_ckpt and not is_hf_policy(policy):
+        raise ValueError(f"grad_ckpt needs an hf policy (hf:PATH or a zoo model: {', '.join(ZOO)}), "
+                         f"got policy={policy!r}")
 
 
 def _dtype(autocast: Optional[str]):

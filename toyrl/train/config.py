@@ -48,6 +48,10 @@ class TrainConfig:
     lora_r: int = 0
     """LoRA rank of an hf policy (hf:PATH, smollm2): only rank-r adapters on every linear layer train (alpha = 2 r,
     needs peft: pip install 'toyrl[lora]'); 0: every weight trains"""
+    grad_ckpt: bool = False
+    """gradient checkpointing of an hf policy (hf:PATH, smollm2): each decoder block keeps only its input for backward
+    and recomputes the rest there, for about one more forward of time: the update's activations shrink from every
+    intermediate of every block to one (B, T, d) tensor per block (toyrl.policies.hf_load)"""
     n_think: int = 2
     """distinct reasoning tokens in the toy vocabulary"""
     think_max: int = 0

@@ -105,11 +105,13 @@ class PhaseMeter:
 
 def sampling_speed(tr, reps: int = 2) -> dict:
     """Tokens per second of ``HFPolicy.generate`` and of the model's ``model.generate`` on one batch of the trainer's
-    prompts (B rows, ``REPLY`` new tokens each, no stop token, plain sampling at temperature 1); best of ``reps``."""
+    prompts (B rows, ``REPLY`` new tokens each, no stop token, plain sampling at temperature 1, the policy in eval
+    mode); best of ``reps``."""
     import numpy as np
     import torch
     from toyrl.rollout.flatten import left_pad
     pol, core = tr.policy, tr.core
+    pol.eval()                  # in training mode a checkpointed model's own generate would run without its KV cache
     core.reset(np.repeat(core.sample_tasks(np.random.default_rng(0), tr.cfg.prompts_per_step), tr.cfg.group_size, 0))
     ctx, mask = left_pad([tr.codec.prompt(core, i) for i in range(core.num_envs)], tr.codec.PAD, pol.device)
     hf_kw = dict(do_sample=True, max_new_tokens=REPLY, min_new_tokens=REPLY, top_k=0, top_p=1.0, temperature=1.0,
@@ -132,15 +134,13 @@ def sampling_speed(tr, reps: int = 2) -> dict:
 def measure(steps: int, bc_steps: int, lora_r: int = 0, seed: int = 0, policy: str = "smollm2",
             grad_ckpt: bool = False) -> dict:
     """The multi-turn figures (see the module docstring) from one Trainer; ``grad_ckpt``: the model's blocks
-    recompute their activations in backward (``gradient_checkpointing_enable``) instead of keeping them."""
+    recompute their activations in backward instead of keeping them (``TrainConfig.grad_ckpt``)."""
     import numpy as np
     import torch
     from toyrl.rollout.engine import recompute_logp
     from toyrl.train import TrainConfig, Trainer
-    tr = Trainer(TrainConfig(**{**SETTING, "policy": policy}, lora_r=lora_r, bc_steps=bc_steps, steps=steps,
-                             seed=seed, progress=False))
-    if grad_ckpt:
-        tr.policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    tr = Trainer(TrainConfig(**{**SETTING, "policy": policy}, lora_r=lora_r, grad_ckpt=grad_ckpt, bc_steps=bc_steps,
+                             steps=steps, seed=seed, progress=False))
     out = {"valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns),
            "lora_r": lora_r, "grad_ckpt": grad_ckpt}
     if bc_steps:
