@@ -153,9 +153,11 @@ def test_smollm2_lora_update_fits_the_budget():
 
 
 def test_heap_is_set_per_pass_on_cpu(dirs):
-    """A gradient pass hands mid-sized blocks back to the kernel; generation keeps them for the growing KV cache."""
+    """With ``grad_ckpt`` (the memory-first choice) a gradient pass hands mid-sized blocks back to the kernel and
+    generation keeps them for the growing KV cache; without it the heap is left alone."""
     from toyrl.policies import hf_load
-    policy = HFPolicy.from_pretrained(dirs["gpt2"])
+    assert not HFPolicy.from_pretrained(dirs["gpt2"]).heap
+    policy = HFPolicy.from_pretrained(dirs["gpt2"], grad_ckpt=True)
     if not policy.heap:
         pytest.skip("no glibc here: the heap is left as it is")
     tok, mask = batch()

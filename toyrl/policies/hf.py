@@ -68,11 +68,12 @@ class HFPolicy(torch.nn.Module):
                         grad_ckpt: bool = False) -> "HFPolicy":
         """Load a local model directory (config, weights, tokenizer) with ``hf_load.load_model``. ``lora``:
         LoraConfig fields (``r``, ``alpha``, ``dropout``, ``target_modules``), needs ``peft``; ``grad_ckpt``:
-        recompute each block's activations in backward instead of keeping them. On CPU the process's heap is
-        set per pass (``heap``, ``hf_load.compact_heap``)."""
+        recompute each block's activations in backward instead of keeping them and, on CPU, set the process's
+        heap per pass (``heap``, ``hf_load.compact_heap``: freed blocks go back to the kernel in gradient
+        passes): the memory-first choice, slower per update."""
         model, tok = load_model(path, dtype=dtype, lora=lora, grad_ckpt=grad_ckpt)
         policy = cls(model, tok, autocast).to(device)
-        policy.heap = torch.device(device).type == "cpu" and compact_heap(DECODE_MMAP_THRESHOLD)
+        policy.heap = grad_ckpt and torch.device(device).type == "cpu" and compact_heap(DECODE_MMAP_THRESHOLD)
         return policy
 
     def codec(self, *, render: str = "full", max_new: int = 24, system: str = "") -> TextCodec:
