@@ -7,6 +7,7 @@ model's output on the batch *before* its update (what the estimator then reads: 
 yet seen the batch it scores) and the loss it stepped on:
 
     values, loss = value_fit(critic, opt, state, returns, turn_mask)                # Turn-PPO values
+    losses = value_warmup(critic, opt, draw, steps)                                 # the same, before RL
     q, v, q_loss, v_loss = archer_fit(double, target, opt, state, action, r, mask)  # ArCHer, arXiv 2402.19446
     adv, loss = sweet_fit(critic, opt, x_priv, turn_mask, R, group)                 # SWEET-RL, arXiv 2503.15478
     c, loss = progress_fit(critic, opt, x, turn_mask, R)                            # SPA-RL, arXiv 2505.20732
@@ -18,7 +19,7 @@ Features: ``turn_action_features`` (the mean hidden state over a turn's policy t
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -27,8 +28,8 @@ from ..segments import dense_index
 from .base import check
 from .critics import DoubleCritic, archer_losses, progress_loss, soft_update, sweet_bt_loss, value_loss
 
-__all__ = ["turn_action_features", "reference_features", "value_fit", "archer_fit", "sweet_fit", "progress_fit",
-           "info_gain", "pair_accuracy", "group_center"]
+__all__ = ["turn_action_features", "reference_features", "value_fit", "value_warmup", "archer_fit", "sweet_fit",
+           "progress_fit", "info_gain", "pair_accuracy", "group_center"]
 
 
 def _step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
@@ -83,6 +84,27 @@ def value_fit(critic: nn.Module, opt: torch.optim.Optimizer, state: torch.Tensor
     before = values.detach().clone()
     _step(opt, loss)
     return before, loss.item()
+
+
+def value_warmup(critic: nn.Module, opt: torch.optim.Optimizer,
+                 draw: Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]], steps: int) -> list[float]:
+    """``steps`` regression steps of a turn value critic before RL, one ``value_fit`` step per drawn batch -> losses.
+
+        for k in 0..steps-1:  (s, R, m) = draw(k);  L_k = 0.5 * mean_valid (V(s) - R)^2;  one optimizer step
+
+    ``draw(k)`` returns the features (B, H, D), return targets (B, H) and turn mask (B, H) of batch k (fresh
+    rollouts of a frozen policy: the critic's targets are the policy's own returns, so the fit is the policy
+    evaluation RL's first steps would otherwise do with a zero critic). Each loss is measured before its step, on
+    a batch the critic has not seen. Example: a critic outputting 0 and draws with returns [[1., 1.]] -> first
+    loss 0.5, the later ones lower.
+    """
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    losses = []
+    for k in range(steps):
+        state, returns, turn_mask = draw(k)
+        losses.append(value_fit(critic, opt, state, returns, turn_mask)[1])
+    return losses
 
 
 def archer_fit(critic: DoubleCritic, target: DoubleCritic, opt: torch.optim.Optimizer, state: torch.Tensor,

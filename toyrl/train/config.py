@@ -158,6 +158,12 @@ class TrainConfig:
     """critic learning rate"""
     critic_gamma: float = 1.0
     """discount of the critic's Monte Carlo return targets"""
+    critic_warmup_steps: int = 0
+    """a warm critic: before RL step 0 (after behaviour cloning or init), fit the value critic for this many
+    regression steps, each on a fresh batch of P x G episodes of the frozen starting policy, on the returns it is
+    fitted to in RL (toyrl.train.warm_critic; the episodes use their own env core and generators, so the RL run's
+    task and sampling streams are those of a run without it); 0: the critic starts from its initialization at RL's
+    start; needs a value critic (an estimator that declares "values" or critic=True)"""
     bc_steps: int = 0
     """behaviour-cloning steps on expert demonstrations before RL"""
     bc_lr: Optional[float] = None

@@ -45,6 +45,7 @@ from .config import TrainConfig, engine_strength
 from ..credit import warn_group_size, warn_zero_variance
 from .credit_models import CreditModels
 from .warmstart import apply_warmstart, load_warmstart
+from .warm_critic import check_warmup, warm_critic
 from ..diagnostics import pool_loss_stats, stability_report
 from ..envs import make_core
 from ..objectives import policy_loss
@@ -105,6 +106,7 @@ class Trainer(Providers):
         self.needs = {n for _, _, needs in cfg.methods() for n in needs}   # toyrl.credit.NEEDS words
         self.use_critic = cfg.critic if cfg.critic is not None else bool(self.needs & {"values", "token_values"})
         self.models = CreditModels(cfg.critic_lr, cfg.critic_gamma, cfg.env, self.env_kwargs, cfg.seed)   # lazily built
+        check_warmup(cfg.critic_warmup_steps, self.use_critic)   # ValueError: not an int >= 0, or no critic to warm
         self.eval_set = None                                     # (core, tasks, generator), built on first use
 
     # ---- data --------------------------------------------------------------------------------
@@ -206,6 +208,10 @@ class Trainer(Providers):
         return out
 
     def step(self) -> dict:
+        if self.step_idx == 0 and self.cfg.critic_warmup_steps and "critic_warmup_losses" not in self.log.config:
+            tw = time.perf_counter()                             # a warm critic: fitted on pi_0's episodes first
+            self.log.config["critic_warmup_losses"] = warm_critic(self, self.cfg.critic_warmup_steps)
+            self.log.config["critic_warmup_s"] = time.perf_counter() - tw
         t0 = time.perf_counter()
         ro = self.collect()
         t1 = time.perf_counter()

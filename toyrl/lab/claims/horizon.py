@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import Claim, Test, about, final, smooth, success_metrics, tokens_per_episode
+from .engine import ENGINE_BASE
+from .spec import PROBE_EVERY, PROBES, Claim, Test, about, final, smooth, success_metrics, tokens_per_episode
 
-__all__ = ["HORIZON_CLAIMS", "SNAKE_BASE", "steps_to_halve", "snake"]
+__all__ = ["HORIZON_CLAIMS", "SNAKE_BASE", "steps_to_halve", "snake", "critic_probe", "WARMUP_STEPS"]
 
 SNAKE_BASE = dict(env="gridworld", policy="small", context="full", n_think=2, think_max=0, estimator="grpo",
                   prompts_per_step=8, group_size=8, lr=1e-3, bc_optimizer="continue")
@@ -93,6 +94,65 @@ turn_critic = Claim(
            Test("Turn-PPO (turn GAE + turn-level ratio) - GRPO, final success", "final_success", "turn_ppo", "grpo")],
     metrics=_metrics, steps=40, quick_steps=10)
 
+WARMUP_STEPS = 30
+"""the warm critic's regression steps before RL (``critic_warmup_steps``): pilot s100 on the snake 7x7 start, its
+value loss on fresh start episodes 0.27 at initialization, 0.123 after 30 steps, 0.121 after 60"""
+
+
+def critic_probe(trainer) -> dict:
+    """Reads the run log, samples nothing: the means over the last ``PROBE_EVERY`` rows (the steps since the last
+    probe; NaN at step 0) of the critic's loss on each step's fresh batch before its update (``critic_loss``),
+    |V - R| (``value_error``) and the mean importance ratio (``ratio_mean``)."""
+    rows = trainer.log.rows[-PROBE_EVERY:]
+    keys = ("critic_loss", "value_error", "ratio_mean")
+    return {k: float(np.mean([r[k] for r in rows])) if rows and all(k in r for r in rows) else float("nan")
+            for k in keys}
+
+
+PROBES.setdefault("critic", critic_probe)      # spec.run_job looks probes up by name; this module adds its own
+
+
+def _critic_metrics(s: dict) -> dict:
+    """``_metrics`` plus the critic's value loss over RL steps 0-9 (``value_loss_early``) and steps 0-29
+    (``value_loss``), and the importance ratio: the largest of the run (``ratio_max``, its log10), the mean of
+    each step's largest (``ratio_max_mean``), the mean ratio over steps 0-29 (``ratio_mean``)."""
+    vl, r = np.asarray(s.get("probe_critic_loss", []), float), np.asarray(s["ratio_max"], float)
+    ok = vl[np.isfinite(vl)]
+    rm = np.asarray(s.get("probe_ratio_mean", []), float)
+    return {**_metrics(s), "value_loss_early": float(ok[0]) if ok.size else float("nan"),
+            "value_loss": float(ok.mean()) if ok.size else float("nan"),
+            "ratio_max": float(np.nanmax(r)), "log10_ratio_max": float(np.log10(max(np.nanmax(r), 1e-12))),
+            "ratio_max_mean": float(np.nanmean(r)),
+            "ratio_mean": float(np.nanmean(rm)) if np.isfinite(rm).any() else float("nan")}
+
+
+TURN_GAE = {"estimator": "turn_gae"}
+turn_critic_warm = Claim(
+    name="turn_critic_warm", **about("turn_critic_warm"),
+    base={**SNAKE_BASE, **TASKS["s7"]},
+    arms={"grpo": {}, "zero_critic": TURN_GAE, "warm_critic": {**TURN_GAE, "critic_warmup_steps": WARMUP_STEPS}},
+    probe="critic",
+    tests=[Test("warm - zero critic (turn GAE), final success", "final_success", "warm_critic", "zero_critic"),
+           Test("warm - zero critic, steps to halve the failure rate", "steps_to_halve", "warm_critic",
+                "zero_critic", sign=-1),
+           Test("warm critic (turn GAE) - GRPO, final success", "final_success", "warm_critic", "grpo"),
+           Test("warm - zero critic, value loss over RL steps 0-9", "value_loss_early", "warm_critic", "zero_critic",
+                sign=-1)],
+    metrics=_critic_metrics, steps=40, quick_steps=10)
+
+PPO4 = {"estimator": "turn_gae", "ppo_epochs": 4, "minibatches": 2, "clip": "ppo", "lr": 2.5e-4}
+"""Turn-PPO where the ratio moves: turn GAE (a critic from zero, as in turn_critic), 4 epochs x 2 minibatches = 8
+updates per batch at lr 2.5e-4 (about twice the weight movement per batch of one update at 1e-3)"""
+turn_ppo_ratio = Claim(
+    name="turn_ppo_ratio", **about("turn_ppo_ratio"),
+    base={**ENGINE_BASE, **PPO4},
+    arms={"token": {"ratio": "token"}, "turn": {"ratio": "turn"}, "sequence": {"ratio": "sequence"}},
+    probe="critic",
+    tests=[Test("turn-level - token-level ratio, final success", "final_success", "turn", "token"),
+           Test("turn-level - sequence-level ratio, final success", "final_success", "turn", "sequence")],
+    metrics=_critic_metrics, steps=40, quick_steps=10, curve=("success_rate", "ratio_max"),
+    curve_label="success / largest ratio of the step")
+
 CHAIN8 = {"stages": 8, "arms": 4, "max_turns": 16, "layout_seed": 0}
 """8 right pulls in 16 turns, one fixed layout: random success 0.027"""
 
@@ -138,4 +198,5 @@ rwnorm_mix = Claim(
     tests=[Test("mean-only - std-normalized, final success", "final_success", "mean_only", "std_norm")],
     metrics=_metrics, steps=40, quick_steps=10)
 
-HORIZON_CLAIMS = [gigpo_horizon, turn_critic, dense_farmable, tree_budget, rwnorm_mix, tree_budget_tokens]
+HORIZON_CLAIMS = [gigpo_horizon, turn_critic, dense_farmable, tree_budget, rwnorm_mix, turn_critic_warm, turn_ppo_ratio,
+                  tree_budget_tokens]
