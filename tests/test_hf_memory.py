@@ -168,3 +168,12 @@ def test_heap_is_set_per_pass_on_cpu(dirs):
     assert hf_load._heap_set["threshold"] == HEAP_MMAP_THRESHOLD
     policy.generate(tok, mask, 2)
     assert hf_load._heap_set["threshold"] == hf_load.DECODE_MMAP_THRESHOLD
+
+
+def test_validate_names_grad_ckpt():
+    """``TrainConfig.validate`` (the CLI's check before any work) rejects checkpointing on a toy policy and a non-bool."""
+    from toyrl.train.checks import validate
+    with pytest.raises(ValueError, match="grad_ckpt needs an hf policy"):
+        validate(TrainConfig(grad_ckpt=True))
+    with pytest.raises(ValueError, match="grad_ckpt must be true or false"):
+        validate(TrainConfig(grad_ckpt="yes"))

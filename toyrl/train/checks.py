@@ -17,7 +17,7 @@ from ..credit import ESTIMATORS, NEEDS
 from ..envs import ENVS, make_core
 from ..filters import FILTERS, loop_abs_adv, starpo_s, t2po_resample, void_turn, zero_variance
 from ..objectives import CLIP_SCHEMES
-from .build import check_policy_name, check_text_options
+from .build import check_grad_ckpt, check_policy_name, check_text_options
 from ..policies.toy import PRESETS
 from .kwargs import _is_number, _kind, check_kwargs, in_interval, keywords
 from .trackers import check_logger
@@ -66,6 +66,7 @@ def validate(cfg) -> None:
     if cfg.think_min > cfg.think_max:
         raise ValueError(f"think_min must be <= think_max={cfg.think_max}, got {cfg.think_min}")
     check_text_options(cfg.policy, cfg.system, cfg.lora_r)   # system / lora_r need a text / hf policy
+    check_grad_ckpt(cfg.policy, cfg.grad_ckpt)                # gradient checkpointing is the hf model's own
     if (cfg.tti_delta or cfg.think_min) and cfg.policy not in PRESETS:
         raise ValueError("tti_delta and think_min need a toy policy preset "
                          f"({', '.join(PRESETS)}); text policies have no END token")
