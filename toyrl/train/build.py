@@ -136,7 +136,7 @@ def check_text_options(policy: str, system: str, lora_r: int) -> None:
 def policy_kwargs(cfg) -> dict:
     """The keywords ``build_policy`` gets from a TrainConfig besides its own arguments: the instruction
     (``system``) of a text policy, the LoRA adapters (``lora_r``, alpha = 2 r) and gradient checkpointing
-    (``grad_ckpt``; ValueError for a policy that is not hf, or a value that is not a bool) of an hf policy.
+    (``grad_ckpt``, checked by ``validate`` with ``check_grad_ckpt``) of an hf policy.
     Example: TrainConfig(policy="smollm2", system="Be brief.", lora_r=8) -> {"system": "Be brief.",
     "lora": {"r": 8, "alpha": 16}}; a toy preset -> {}."""
     kw = {}
@@ -144,7 +144,6 @@ def policy_kwargs(cfg) -> dict:
         kw["system"] = cfg.system
     if cfg.lora_r:
         kw["lora"] = {"r": int(cfg.lora_r), "alpha": 2 * int(cfg.lora_r)}
-    check_grad_ckpt(cfg.policy, cfg.grad_ckpt)
     if cfg.grad_ckpt:
         kw["grad_ckpt"] = True
     return kw

@@ -136,14 +136,19 @@ class CreditModels:
             self.opt[name] = torch.optim.AdamW(model.parameters(), lr=self.lr * scale)
         return self.opt[name]
 
+    def value_critic(self, d: int, device) -> TurnCritic:
+        """The run's turn value critic on d features, built on first use (RL's first step, or a warm-up before it)."""
+        if self.critic is None:
+            self.critic = TurnCritic(d).to(device)
+        return self.critic
+
     def values(self, b, hid: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """Turn values (B, H) before the step, the stepped critic at every token (B, T), and logs."""
-        if self.critic is None:
-            self.critic = TurnCritic(hid.shape[-1]).to(hid.device)
+        critic = self.value_critic(hid.shape[-1], hid.device)
         ret = b.returns(self.gamma)                                                    # (B, H)
-        values, loss = value_fit(self.critic, self._opt("critic", self.critic), state, ret, b.turn_mask)
+        values, loss = value_fit(critic, self._opt("critic", critic), state, ret, b.turn_mask)
         with torch.no_grad():
-            token_values = self.critic(hid)                                            # (B, T)
+            token_values = critic(hid)                                                 # (B, T)
         return values, token_values, {"critic_loss": loss, "value_error": _masked_mean_abs(values - ret, b.turn_mask)}
 
     def archer(self, b, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:

@@ -27,7 +27,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..credit.critics import TurnCritic, value_loss
+from ..credit.critics import value_loss
 from ..credit.fit import value_warmup
 from ..envs import make_core
 from ..rollout.engine import rollout
@@ -73,14 +73,6 @@ def _targets(trainer, ro) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return state, b.returns(trainer.models.gamma), b.turn_mask
 
 
-def _critic(trainer, d: int) -> TurnCritic:
-    """The run's value critic, built as ``CreditModels.values`` builds it if RL has not built it yet."""
-    m = trainer.models
-    if m.critic is None:
-        m.critic = TurnCritic(d).to(trainer.device)
-    return m.critic
-
-
 def warm_critic(trainer, steps: int) -> list[float]:
     """Fit ``trainer.models.critic`` for ``steps`` regression steps on fresh episodes of the frozen policy -> the
     losses (each measured before its step, on a batch the critic had not seen). The policy's weights and the
@@ -90,7 +82,7 @@ def warm_critic(trainer, steps: int) -> list[float]:
         return []
     draw_ro = start_episodes(trainer)
     first = _targets(trainer, draw_ro(0))
-    critic = _critic(trainer, first[0].shape[-1])
+    critic = trainer.models.value_critic(first[0].shape[-1], trainer.device)
     opt = trainer.models._opt("critic", critic)                                 # RL goes on with this AdamW
     return value_warmup(critic, opt, lambda k: first if k == 0 else _targets(trainer, draw_ro(k)), steps)
 
@@ -103,5 +95,5 @@ def fresh_value_loss(trainer, batches: int = 1, stream: int = WARMUP_STREAM + 1)
     out = []
     for k in range(batches):
         state, ret, mask = _targets(trainer, draw_ro(k))
-        out.append(float(value_loss(_critic(trainer, state.shape[-1])(state), ret, mask)))
+        out.append(float(value_loss(trainer.models.value_critic(state.shape[-1], trainer.device)(state), ret, mask)))
     return float(np.mean(out))
