@@ -34,7 +34,7 @@ from ..lab.results import atomic_write
 from ..train.runlog import RunLog, encode
 from ..train import TrainConfig, train
 from .plots import log_columns, mark_steps, smooth
-from .style import _PALETTE, ARM_COLORS, arm_color, figsize, font_size, styled, subplots
+from .style import arm_color, figsize, font_size, styled, subplots
 
 __all__ = ["ECHO_BASE", "VARIANTS", "KEEP_KEYS", "echo_config", "collapse_steps", "drop_step", "freeze_step",
            "precompute", "load_runs", "summarize_runs", "plot_echo", "echo_panel", "variant_name", "ledger_tests",
@@ -317,18 +317,12 @@ def plot_population(counts: Optional[dict] = None):
     from matplotlib.ticker import MaxNLocator
     from ..lab.claims.echo import FORGOT_AT
     counts = population_counts(population_tables()) if counts is None else counts
-    arms = sorted({r["arm"] for rows in counts.values() for r in rows.values()},
-                  key=lambda a: {"critic": "gae"}.get(a, a) not in ARM_COLORS)      # listed colours first
-    colors = {}                                    # arm -> its fixed colour (the critic is GAE's); a hash clash
-    for a in arms:                                 # takes the next free palette colour, so no two rows share one
-        c, free = arm_color({"critic": "gae"}.get(a, a)), [p for p in _PALETTE if p not in colors.values()]
-        colors[a] = c if c not in colors.values() or not free else free[0]
     fig, axes = subplots(1, len(counts), size=figsize(10, 5.2), sharex=True, sharey=True, layout="constrained",
                          squeeze=False)
     for ax, (block, rows) in zip(axes[0], counts.items()):
         y = np.arange(len(rows))[::-1]                                          # first row on top
         for yi, (label, r) in zip(y, rows.items()):
-            c = colors[r["arm"]]
+            c = arm_color(r["arm"])
             ax.barh(yi + 0.2, r["forgot"], height=0.38, color=c)
             ax.barh(yi - 0.2, r["collapsed"], height=0.38, color="white", edgecolor=c, hatch="///")
         ax.set_yticks(y, list(rows), fontsize=font_size("tick"))

@@ -203,7 +203,9 @@ def png_bytes(fig, colors: int = 256) -> bytes:
 
 ARM_COLORS = {"grpo": "#1f77b4", "gigpo": "#d62728", "rloo": "#2ca02c", "reinforce_pp": "#9467bd", "dr_grpo": "#8c564b",
               "gae": "#ff7f0e", "turn_gae": "#ff7f0e", "turn_ppo": "#e377c2", "ppo": "#7f7f7f", "clip_higher": "#bcbd22",
-              "gspo": "#17becf", "cispo": "#aec7e8", "sapo": "#98df8a", "exact": "#2ca02c", "none": "#7f7f7f"}
+              "gspo": "#17becf", "cispo": "#aec7e8", "sapo": "#98df8a", "exact": "#2ca02c", "none": "#7f7f7f",
+              "kl": "#393b79", "skip_zero_adv": "#637939", "starpo_s": "#843c39", "entropy": "#8c6d31",
+              "critic": "#e7298a"}
 """arm name -> its colour in every figure (an arm keeps its colour across a lesson, whatever else is drawn)"""
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79")
