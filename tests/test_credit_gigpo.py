@@ -220,3 +220,16 @@ def test_bench_seed_loop_computes_gigpo():
     assert len(want) == int(b.turn_mask.sum())
     for (i, k), v in want.items():
         assert abs(float(got[i, k]) - v) < 1e-9
+
+
+def test_anchor_slots_very_unequal_groups_fall_back_to_pair_index():
+    """One group of 2000 rollouts beside 3000 singletons: regions sized for the largest group would outgrow 8
+    slots per turn, so every pair is numbered by ``pair_index``; the partition is still anchor_index's."""
+    g = torch.Generator().manual_seed(1)
+    group = torch.tensor([0] * 2000 + list(range(1, 3001)))
+    keys = torch.randint(0, 5, (len(group), 3), generator=g)
+    mask = torch.rand(len(group), 3, generator=g) < 0.8
+    i1, S1 = anchor_index(group, keys, mask)
+    i2, S2 = anchor_slots(group, keys, mask)
+    assert S1 == S2 and (i2[~mask] == S2).all()
+    assert len(set(zip(i1[mask].tolist(), i2[mask].tolist()))) == S1

@@ -80,7 +80,7 @@ def _slots(g: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, ta
     if P > 8 * N + 64:                                                            # unequal groups: no table
         P = 0
         h, rp = torch.zeros(N, dtype=torch.long, device=dev), m.nonzero().squeeze(1)
-        owner = torch.full((P + 1,), N, dtype=i32, device=dev)[:0]
+        owner = torch.empty(0, dtype=i32, device=dev)                              # no table
     else:
         h = kf * _MIX_P                                                           # (N,) hash of the key: its
         h.bitwise_right_shift_(64 - bits).bitwise_and_(R - 1)                     # top bits = slot in the region
