@@ -47,8 +47,9 @@ class HFPolicy(torch.nn.Module):
     """A ``transformers`` causal LM as a TokenPolicy (ids in, ids out)."""
 
     heap = False
-    """True when the glibc heap is set per pass (CPU, ``from_pretrained``): a gradient pass hands freed blocks of
-    128 KiB or more back to the kernel (``HEAP_MMAP_THRESHOLD``), generation keeps them (``DECODE_MMAP_THRESHOLD``)"""
+    """True when the glibc heap is set per pass (CPU with grad_ckpt, ``from_pretrained``): a gradient pass hands
+    freed blocks of 128 KiB or more back to the kernel (``HEAP_MMAP_THRESHOLD``), generation keeps them
+    (``DECODE_MMAP_THRESHOLD``)"""
     logit_warp = None
     """None, or ``(logp_all (B, V), generator) -> logp_all'``: how a rollout engine copy samples
     differently from the trainer (set by ``toyrl.rollout.engines.make_engine``; see ``sample_step``)"""
