@@ -12,13 +12,16 @@ start) and the one this toy's measurements point at (no optimizer step on an all
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from ...collapse import RULE, classify, floor_collapse_step
 from .spec import Claim, Test, about, final
 from .stability import _echo_metrics
 
-__all__ = ["ECHO_CLAIMS", "BLIND_BASE", "FORGOT_AT", "task_floor", "floor_view"]
+__all__ = ["ECHO_CLAIMS", "BLIND_BASE", "FORGOT_AT", "TMAZE_FLOOR", "WARM_STEPS", "task_floor", "floor_view",
+           "floor_collapsed"]
 
 BLIND_BASE = dict(env="gridworld", env_kwargs={"size": 5, "layout": "tmaze"}, policy="small", context="blind",
                   context_k=1, n_think=4, think_max=2, estimator="grpo", prompts_per_step=8, group_size=8,
@@ -70,7 +73,49 @@ blind_fixes = Claim(
            Test("clip-higher - GRPO, final success", "final_success", "clip_higher", "grpo")],
     metrics=_blind_metrics, curve=("success_rate", "reward_std", "template_mi"), curve_label="success / std / MI")
 
-ECHO_CLAIMS = [blind_echo, blind_fixes]
+TMAZE_FLOOR = 0.535
+"""the blind T-maze's floor: ``task_floor("tmaze", episodes=512, seed=0)`` = 0.535 (the shipped tmaze warm start
+with its reasoning scrambled; 0.932 intact on the same 512 episodes), measured before critic_delay_warm ran"""
+
+
+def floor_collapsed(success, grad_norm, floor: float = TMAZE_FLOOR) -> Optional[int]:
+    """The floor rule with the ledger's settings: ``floor_collapse_step`` on the success rate with RULE's frac,
+    persistence and smoothing, and RULE's min peak as the gain above the floor a run must have made. Example:
+    success [.95] * 10 + [.5] * 30 (the cue lost, above the old 0.5 x peak line), floor .5 -> 10."""
+    kw = {k: RULE[k] for k in ("frac", "persist", "w")}
+    return floor_collapse_step(success, grad_norm, floor, min_gain=RULE["min_peak"], **kw)
+
+
+def _floor_metrics(s: dict) -> dict:
+    """``_blind_metrics`` plus the floor rule: ``collapsed_floor`` (1 if ``floor_collapsed`` finds a step, measured
+    from ``TMAZE_FLOOR``) and ``t_floor_collapse`` (that step; NaN if none)."""
+    t = floor_collapsed(s["success_rate"], s["grad_norm"])
+    return {**_blind_metrics(s), "collapsed_floor": float(t is not None),
+            "t_floor_collapse": float("nan") if t is None else float(t)}
+
+
+WARM_STEPS = 30
+"""critic_delay_warm's warm-up: 30 regression steps of the critic on the frozen BC policy's episodes (turn_critic_warm's
+length, fixed there from the value loss of a start critic on fresh episodes)"""
+
+# RAGEN's critic claim (PPO collapses later than GRPO) where its critic would start: warm, fitted on the start
+# policy's episodes before RL, beside the zero-start critic that blind_fixes tested; collapse is judged by the
+# floor rule, so forgetting the cue (the T-maze's floor, above the old 0.5 x peak line) counts
+critic_delay_warm = Claim(
+    name="critic_delay_warm", **about("critic_delay_warm"),
+    base=BLIND_BASE,
+    arms={"grpo": {}, "critic": {"estimator": "gae"},
+          "warm_critic": {"estimator": "gae", "critic_warmup_steps": WARM_STEPS}},
+    steps=60, quick_steps=20,
+    tests=[Test("GRPO collapses under the floor rule (share of seeds > 0.5)", "collapsed_floor", "grpo",
+                threshold=0.5),
+           Test("warm critic - GRPO, collapsed under the floor rule", "collapsed_floor", "warm_critic", "grpo",
+                sign=-1),
+           Test("warm critic - GRPO, peak-to-final drop (delays)", "peak_drop", "warm_critic", "grpo", sign=-1),
+           Test("warm - zero-start critic, final success", "final_success", "warm_critic", "critic")],
+    metrics=_floor_metrics, curve=("success_rate", "reward_std"), curve_label="success / within-group std")
+
+ECHO_CLAIMS = [blind_echo, blind_fixes, critic_delay_warm]
 
 
 def task_floor(name: str = "tmaze", *, episodes: int = 512, seed: int = 0) -> dict:
@@ -95,12 +140,10 @@ def floor_view(series: dict, floor: float) -> dict:
     "collapsed" (``classify``, the ledger's RULE), "collapsed_floor" (``floor_collapse_step`` on the success rate
     with the same frac, persistence, smoothing and min gain = RULE's min peak), "forgot" (final success <=
     ``FORGOT_AT``), "final"}. Not a verdict: the rule was written after these runs were seen."""
-    kw = {k: RULE[k] for k in ("frac", "persist", "w")}
     out = {}
     for arm, runs in series.items():
         old = [classify(r["reward_mean"], r["reward_std"], r["grad_norm"], **RULE)["collapsed"] for r in runs.values()]
-        new = [floor_collapse_step(r["success_rate"], r["grad_norm"], floor, min_gain=RULE["min_peak"], **kw)
-               is not None for r in runs.values()]
+        new = [floor_collapsed(r["success_rate"], r["grad_norm"], floor) is not None for r in runs.values()]
         fin = [final(r["success_rate"]) for r in runs.values()]
         out[arm] = {"seeds": len(fin), "collapsed": int(sum(old)), "collapsed_floor": int(sum(new)),
                     "forgot": int(sum(f <= FORGOT_AT for f in fin)), "final": float(np.mean(fin))}
