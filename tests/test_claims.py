@@ -155,6 +155,18 @@ def test_readme_markers(tmp_path, capsys):
     assert claims_table([same], {}).splitlines()[-1] == claims_table([same]).splitlines()[-1]
 
 
+def test_claims_table_puts_the_smollm2_twin_beside_the_toy_claim():
+    toy = {"name": "x", "claim": "c", "source": "P", "verdict": "reproduced", "seeds": [0, 1], "setting": {"a": 1},
+           "result": {"tests": []}}
+    twin = {**toy, "name": "smollm2_x", "verdict": "not reproduced", "setting": {"a": 2}}
+    held = {**twin, "verdict": "contradicted", "seeds": [10, 11]}
+    rows = claims_table([toy, twin], {"smollm2_x": held}).splitlines()
+    assert rows[0].endswith(" on SmolLM2 |") and rows[1].count("|") == rows[2].count("|")
+    assert rows[2].endswith("[smollm2_x](data/claims/smollm2_x.json): **not reproduced** (0-1); contradicted (10-11) |")
+    assert rows[3].endswith(" - |")                                       # the twin's own row has no twin
+    assert "on SmolLM2" not in claims_table([toy])                       # no twin: no column
+
+
 def test_one_claim_quick_end_to_end(tmp_path):
     """context_mismatch is a measurement (5 warm-up steps per seed under --quick): fast, 3 seeds from 7."""
     readme = tmp_path / "README.md"

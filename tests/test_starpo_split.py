@@ -65,4 +65,4 @@ def test_random_keep_has_as_many_groups_as_the_filter():
 
 def test_measure_validates_its_arm():
     with pytest.raises(ValueError, match="arm"):
-        starpo_split_measure("grpo", 0, True)
+        starpo_split_measure("grpo", 0, True, {})

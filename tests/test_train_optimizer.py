@@ -1,6 +1,7 @@
 """The optimizer around the RL update (issue 30): the update norm beside the gradient norm, AdamW's momentum
 moving a policy whose gradient is exactly zero and the ``skip_zero_adv`` switch that stops it, RL continuing the
 behaviour-cloning AdamW (``bc_optimizer``) and the linear lr warmup (``lr_warmup``, ``warmup_lr``)."""
+import copy
 from dataclasses import replace
 
 import pytest
@@ -125,3 +126,32 @@ def test_validation_names_the_field(kw, message):
     with pytest.raises(ValueError, match=f"^{message}"):
         TrainConfig(**kw).validate()
     TrainConfig(bc_optimizer="continue", bc_steps=1, lr_warmup=5, skip_zero_adv=True).validate()
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_step_and_measure_equals_the_snapshot_norm(wd):
+    from toyrl.train.optim import step_and_measure
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    twin = copy.deepcopy(net)
+    a, b = (torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=wd) for m in (net, twin))
+    for k in range(4):
+        x = torch.randn(16, 5)
+        for m, o in ((net, a), (twin, b)):
+            o.zero_grad()
+            (m(x).pow(2).mean() * (0.0 if k == 2 else 1.0)).backward()     # a zero gradient: momentum still moves
+        before = [p.detach().clone() for p in twin.parameters()]
+        b.step()
+        want = update_norm(before, list(twin.parameters()))
+        got = step_and_measure(a)
+        assert got == pytest.approx(want, rel=1e-4) and got > 0
+        for p, q in zip(net.parameters(), twin.parameters()):
+            assert torch.equal(p, q)                                     # the step itself is AdamW's own
+
+
+def test_step_and_measure_falls_back_to_a_snapshot():
+    from toyrl.train.optim import step_and_measure
+    w = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([w], lr=0.5)
+    w.grad = torch.tensor([-6.0, -8.0])
+    assert step_and_measure(opt) == pytest.approx(5.0)

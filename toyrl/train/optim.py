@@ -12,7 +12,7 @@ import torch
 from .defaults import BC_LR, LR, bc_learning_rate, learning_rate, policy_kind, resolve_rates
 
 __all__ = ["LR", "BC_LR", "policy_kind", "learning_rate", "bc_learning_rate", "resolve_rates", "warmup_lr",
-           "update_norm"]
+           "update_norm", "step_and_measure"]
 
 def warmup_lr(step: int, lr: float, warmup: int) -> float:
     """Linear learning-rate warmup (Goyal et al., arXiv 1706.02677; for Adam's early steps see RAdam, 1908.03265).
@@ -46,3 +46,37 @@ def update_norm(before: list, after: list) -> float:
                              f"got {tuple(b.shape)} and {tuple(a.shape)}")
     sq = [(a.detach().float() - b.detach().float()).pow(2).sum() for b, a in zip(before, after)]   # one per tensor
     return torch.stack(sq).sum().sqrt().item() if sq else 0.0
+
+
+def step_and_measure(opt: torch.optim.Optimizer) -> float:
+    """Take ``opt.step()`` and return ``update_norm`` of that step, without a copy of the weights for AdamW.
+
+    AdamW (no amsgrad, not maximize) moves each parameter by, with the step's moments m, v and count t,
+
+        theta' = theta (1 - lr wd) - s m / d,   s = lr / (1 - beta1^t),   d = sqrt(v) / sqrt(1 - beta2^t) + eps
+
+    so theta' - theta = -lr wd theta - s m / d, and theta = (theta' + s m / d) / (1 - lr wd) is read back after the
+    step: one parameter's temporaries at a time instead of a snapshot of all the weights (a full fine-tune of a 135M
+    model: 0.54 GB). Any other optimizer: a snapshot, then ``update_norm``. Both agree within float rounding.
+    Example: AdamW(lr 0.1) on one weight with gradient 1 at step 1: m / d = 0.1 / (0.1 + 1e-8 / sqrt(0.001)) -> 0.1.
+    """
+    groups = [(g, p) for g in opt.param_groups for p in g["params"] if p.grad is not None]
+    plain = (isinstance(opt, torch.optim.AdamW) and not any(g["amsgrad"] or g["maximize"] for g in opt.param_groups)
+             and all(g["weight_decay"] == 0 or g["lr"] * g["weight_decay"] < 1 for g in opt.param_groups))
+    if not plain:
+        params = [p for _, p in groups]
+        before = [p.detach().clone() for p in params]
+        opt.step()
+        return update_norm(before, params)
+    opt.step()
+    sq = torch.zeros((), dtype=torch.float64)
+    for g, p in groups:
+        st = opt.state[p]
+        (b1, b2), lr, wd, t = g["betas"], float(g["lr"]), float(g["weight_decay"]), float(st["step"])
+        d = (st["exp_avg_sq"].sqrt() / (1 - b2 ** t) ** 0.5).add_(g["eps"])        # one parameter's temporaries
+        move = st["exp_avg"] / d
+        move.mul_(lr / (1 - b1 ** t))                                               # s m / d
+        if wd:
+            move.add_(p.detach() + move, alpha=lr * wd / (1 - lr * wd))            # + lr wd theta (theta read back)
+        sq += move.double().pow(2).sum().cpu()
+    return float(sq.sqrt())

@@ -55,7 +55,7 @@ from .limits import check_context
 from ..rollout.engine import Rollout, Sampling, recompute_logp, rollout
 from ..rollout.engines import make_engine, sync_engine
 from ..rollout.mismatch import mismatch_row
-from .optim import update_norm, warmup_lr
+from .optim import step_and_measure, update_norm, warmup_lr
 from .providers import Prepared, Providers
 from .runlog import RunLog
 from .trackers import open_tracker
@@ -174,7 +174,6 @@ class Trainer(Providers):
         behaviour_version = ro.batch.policy_version[0].item() if ro.batch.policy_version is not None else self.version
         self.policy.train()
         skip = cfg.skip_zero_adv and not bool((prep.adv[prep.lmask] != 0).any())   # no token carries an advantage
-        params = [p for p in self.policy.parameters() if p.requires_grad]
         out, stats = {"lags": [], "grad_norms": [], "update_norms": [], "skipped": skip, "t_fwd": 0.0, "t_bwd": 0.0}, []
         for _ in range(cfg.ppo_epochs):
             order = self.mb_rng.permutation(B) if cfg.minibatches > 1 else np.arange(B)
@@ -194,9 +193,7 @@ class Trainer(Providers):
                         for g in self.opt.param_groups:
                             g["lr"] = warmup_lr(self.version, cfg.lr, cfg.lr_warmup)
                     with torch.no_grad():
-                        before = [p.detach().clone() for p in params]
-                        self.opt.step()
-                        moved = update_norm(before, params)
+                        moved = step_and_measure(self.opt)          # AdamW: read from its state, no weight copy
                     self.version += 1
                 out["update_norms"].append(moved)
                 out["t_fwd"], out["t_bwd"] = out["t_fwd"] + tb - ta, out["t_bwd"] + time.perf_counter() - tb

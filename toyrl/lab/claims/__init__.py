@@ -22,7 +22,7 @@ killed ``toyrl reproduce`` reuses the runs it finished and computes the rest; ``
 recomputes them all. A reused run gives the same floats as a computed one, so the same record.
 
 Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability``, ``credit``, ``echo``, ``offpolicy``,
-``engine`` and ``horizon`` (the claims),
+``engine``, ``horizon`` and ``llm`` (the claims; ``llm``'s run SmolLM2),
 ``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict), ``report`` (JSON,
 series, figures, README). Runs go through ``toyrl.lab.runcache.RunCache.run`` (``toyrl.lab.parallel.iter_tasks``:
 a spawn pool or Ray).
@@ -40,6 +40,7 @@ from .credit import CREDIT_CLAIMS
 from .echo import ECHO_CLAIMS
 from .engine import ENGINE_CLAIMS
 from .horizon import HORIZON_CLAIMS
+from .llm import LLM_CLAIMS
 from .offpolicy import OFFPOLICY_CLAIMS
 from ..results import REPO, out_dir as results_dir, shipped_dir
 from ..runcache import CACHE_DIR, RunCache
@@ -52,7 +53,7 @@ __all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "red
            "SHIPPED_DIR"]
 
 CLAIMS = {c.name: c for c in STABILITY_CLAIMS + ECHO_CLAIMS + OFFPOLICY_CLAIMS + ENGINE_CLAIMS + CREDIT_CLAIMS
-                                + HORIZON_CLAIMS}
+                                + HORIZON_CLAIMS + LLM_CLAIMS}
 """name -> Claim, in ledger order"""
 SHIPPED_DIR = shipped_dir("claims")
 """the shipped ledger, data/claims of the checkout (``REPO``, where README.md lives too)"""

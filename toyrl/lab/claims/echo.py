@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ...collapse import RULE, classify, floor_collapse_step
+from .measures import starpo_split_measure
 from .spec import Claim, Test, about, final
 from .stability import _echo_metrics
 
@@ -115,7 +116,24 @@ critic_delay_warm = Claim(
            Test("warm - zero-start critic, final success", "final_success", "warm_critic", "critic")],
     metrics=_floor_metrics, curve=("success_rate", "reward_std"), curve_label="success / within-group std")
 
-ECHO_CLAIMS = [blind_echo, blind_fixes, critic_delay_warm]
+# why StarPO-S forgot more than GRPO in blind_fixes (9/10 and 8/10 at the forgetting level): its filter keeps the
+# quarter of groups with the largest reward std; the claim is that those are the groups whose memos carry the cue
+# least, so the update learns from the rollouts that already lost it (``measures.starpo_split_measure``)
+def starpo_cue_measure(arm: str, seed: int, quick: bool) -> dict:
+    """``measures.starpo_split_measure`` in blind_echo's setting (``BLIND_BASE``)."""
+    return starpo_split_measure(arm, seed, quick, BLIND_BASE)
+
+
+starpo_cue = Claim(
+    name="starpo_cue", **about("starpo_cue"),
+    base={**BLIND_BASE, "filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}},
+    arms={"starpo_s": {}}, steps=60, quick_steps=20,
+    tests=[Test("kept - random keep of as many groups, template MI (mean over steps)", "kept_minus_random_mi",
+                "starpo_s", sign=-1)],
+    metrics=lambda s: s, measure=starpo_cue_measure, curve=("kept_template_mi", "random_template_mi"),
+    curve_label="template MI of the kept / a random keep")
+
+ECHO_CLAIMS = [blind_echo, blind_fixes, critic_delay_warm, starpo_cue]
 
 
 def task_floor(name: str = "tmaze", *, episodes: int = 512, seed: int = 0) -> dict:

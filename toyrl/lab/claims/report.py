@@ -217,17 +217,25 @@ def _test_cell(t: dict) -> str:
     return f"{t['name']} {t['claimed']}: {_fmt(e['mean'])} [{_fmt(e['ci95'][0])}, {_fmt(e['ci95'][1])}] ({tag})"
 
 
+LLM_PREFIX = "smollm2_"
+"""a claim named LLM_PREFIX + NAME re-registers the toy's claim NAME with SmolLM2 as the policy (``llm.py``)"""
+
+
 def claims_table(records: list, heldout: Optional[dict] = None) -> str:
     """Markdown table of claim records (one row each: verdict, seeds, every test's effect with its interval).
 
     A record without a result (registered, not yet run) reads "pending: not yet re-run under the rule".
     ``heldout`` (name -> record of the same claim on another seed block, e.g. ``data/claims/heldout/``)
     adds a column with that block's verdict, shown only where the block ran the same setting (otherwise
-    "-": a held-out run of an older setting says nothing about this one).
+    "-": a held-out run of an older setting says nothing about this one). Where a toy claim NAME has a twin
+    ``smollm2_NAME`` among ``records``, an "on SmolLM2" column gives the twin's verdicts on both blocks beside it.
     """
     heldout = heldout or {}
+    by_name = {r["name"]: r for r in records}
+    twins = {r["name"]: by_name[LLM_PREFIX + r["name"]] for r in records if LLM_PREFIX + r["name"] in by_name}
     lines = ["| # | claim | source | verdict | seeds | tests (effect, 95% t CI, outcome after Holm) |"
-             + (" held-out block |" if heldout else ""), "|---|---|---|---|---|---|" + ("---|" if heldout else "")]
+             + (" held-out block |" if heldout else "") + (" on SmolLM2 |" if twins else ""),
+             "|---|---|---|---|---|---|" + ("---|" if heldout else "") + ("---|" if twins else "")]
     for i, r in enumerate(records, 1):
         src = r["source"].split(":")[0]
         seeds = r.get("seeds") or []
@@ -240,8 +248,20 @@ def claims_table(records: list, heldout: Optional[dict] = None) -> str:
                f"**{v}** | {span} | {_cell(eff)} |")
         if heldout:
             row += f" {_heldout_cell(r, heldout.get(r['name']))} |"
+        if twins:
+            row += f" {_twin_cell(twins.get(r['name']), heldout)} |"
         lines.append(row)
     return "\n".join(lines)
+
+
+def _twin_cell(twin: Optional[dict], heldout: dict) -> str:
+    """The SmolLM2 twin's verdict with its seeds, and its held-out block's beside it; "-" without a twin."""
+    if twin is None:
+        return "-"
+    seeds = twin.get("seeds") or []
+    own = f"**{twin['verdict']}** ({seeds[0]}-{seeds[-1]})" if "result" in twin and seeds else "pending"
+    other = _heldout_cell(twin, heldout.get(twin["name"]))
+    return f"[{twin['name']}](data/claims/{twin['name']}.json): {own}" + ("" if other == "-" else f"; {other}")
 
 
 def _heldout_cell(record: dict, other: Optional[dict]) -> str:
