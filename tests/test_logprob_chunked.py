@@ -201,3 +201,27 @@ def test_bad_input():
         score_tokens(torch.randn(3, 9, 4), head, tokens, mask, chunk=0)
     with pytest.raises(ValueError, match="share"):
         score_tokens(torch.randn(3, 8, 4), head, tokens, mask)
+
+
+def test_score_mask_scores_only_the_wanted_tokens():
+    """``score``: the wanted tokens equal the unmasked call (values and gradients), the rest are 0 and carry none."""
+    torch.manual_seed(0)
+    policy = ToyTransformer(ToyTransformerConfig(**PRESETS["tiny"], vocab_size=23, max_len=16))
+    tokens, mask, allowed = batch(23)
+    score = torch.zeros_like(mask)
+    score[:, 5:] = True                                        # "the reply": the last positions of each row
+    params = list(policy.parameters())
+
+    def run(**kw):
+        policy.zero_grad(set_to_none=True)
+        lp, en = policy.logprobs(tokens, mask, allowed=allowed, temperature=0.7, **kw)
+        ((lp + en) * score).sum().backward()
+        return lp.detach(), en.detach(), [p.grad.clone() for p in params]
+    part, whole = run(score=score), run()
+    for a, b in zip(part[:2], whole[:2]):
+        torch.testing.assert_close(a, b * score, **TOL)
+        assert (a[~score] == 0).all()
+    for ga, gb in zip(part[2], whole[2]):
+        torch.testing.assert_close(ga, gb, **TOL)
+    with pytest.raises(ValueError, match="score"):
+        policy.logprobs(tokens, mask, score=score[:, :3])

@@ -88,10 +88,11 @@ class TokenPolicy(Protocol):
         ...
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
-                 temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+                 temperature: float = 1.0, score: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """Teacher-forced (logp (B, T), entropy (B, T)) of each token given its prefix; 0 at padding and
         at each row's first real token. ``allowed``: (V,), (B, V) or (B, T, V) bool, the mask of the
-        distribution token ``t`` was drawn from. Differentiable."""
+        distribution token ``t`` was drawn from. ``score``: (B, T) bool, the tokens wanted (others 0; None:
+        all). Differentiable."""
         ...
 
     def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
@@ -290,7 +291,7 @@ LOGIT_BUDGET = 1 << 22
 
 def score_tokens(hidden: Tensor, head: Callable[[Tensor], Tensor], tokens: Tensor, attn_mask: Tensor, *,
                  allowed: Optional[Tensor] = None, temperature: float = 1.0,
-                 chunk: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+                 chunk: Optional[int] = None, score: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Teacher-forced log-prob and entropy (B, T) of each token, from the final hidden states (B, T, d) and
     the LM head, without the (B, T, V) logits: the shared ``TokenPolicy.logprobs`` of every policy.
 
@@ -302,7 +303,8 @@ def score_tokens(hidden: Tensor, head: Callable[[Tensor], Tensor], tokens: Tenso
     (default: ``LOGIT_BUDGET // V``); each chunk's head, fp32 log-softmax and entropy run under
     ``torch.utils.checkpoint``, so backward recomputes them chunk by chunk instead of keeping N x V
     tensors. 0 at padding and at each row's first real token. ``allowed``: (V,), (B, V) or (B, T, V) bool
-    (``masked_log_softmax``'s rules). ``head``: (n, d) -> (n, V) logits (the policy's LM head, plus any
+    (``masked_log_softmax``'s rules). ``score``: (B, T) bool, the tokens wanted (None: every real token); the
+    others are 0 and cost no head row: a loss on the reply alone skips the prompt's (N x V) head work. ``head``: (n, d) -> (n, V) logits (the policy's LM head, plus any
     logit scaling the model applies).
 
     Example: one row, mask [F, T, T], a head giving uniform logits over V = 4 -> logp [0, 0, -1.386],
@@ -313,9 +315,12 @@ def score_tokens(hidden: Tensor, head: Callable[[Tensor], Tensor], tokens: Tenso
                          f"{tuple(attn_mask.shape)} must share (B, T)")
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk must be >= 1 tokens, got {chunk}")
+    if score is not None and score.shape != tokens.shape:
+        raise ValueError(f"score must be a (B, T) mask like tokens {tuple(tokens.shape)}, got {tuple(score.shape)}")
     attn_mask = attn_mask.bool()
     prev = prev_valid_index(attn_mask)                                          # (B, T)
-    rows, cols = (attn_mask & (prev >= 0)).nonzero(as_tuple=True)               # (N,) the scored tokens
+    want = attn_mask & (prev >= 0) if score is None else attn_mask & (prev >= 0) & score.bool()
+    rows, cols = want.nonzero(as_tuple=True)                                    # (N,) the scored tokens
     h = hidden[rows, prev[rows, cols]]                                          # (N, d) at each token's prefix end
     ids = tokens[rows, cols]                                                    # (N,)
     if allowed is not None:

@@ -134,14 +134,15 @@ class HFPolicy(torch.nn.Module):
         return out.last_hidden_state.float()
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
-                 temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+                 temperature: float = 1.0, score: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``), from
-        the hidden states through the head in chunks (``score_tokens``): never the (B, T, V) logits."""
+        the hidden states through the head in chunks (``score_tokens``): never the (B, T, V) logits;
+        ``score`` (B, T) bool: only those tokens (the others 0)."""
         attn_mask = attn_mask.bool()
         if self.heap and torch.is_grad_enabled():
             compact_heap(HEAP_MMAP_THRESHOLD)
         return score_tokens(self.hidden(tokens, attn_mask), self._head, tokens, attn_mask, allowed=allowed,
-                            temperature=temperature)
+                            temperature=temperature, score=score)
 
     def _prefill(self, context: Tensor, mask: Tensor, past: Optional["HFPast"], width: int):
         """Run the new context tokens (after ``past``'s pending token, if any) -> (cache, attn (B, S + width)

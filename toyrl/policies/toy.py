@@ -257,17 +257,18 @@ class ToyTransformer(nn.Module):
         return self.lm_head(self.hidden(tokens, attn_mask))
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
-                 temperature: float = 1.0) -> Tuple[Tensor, Tensor]:
+                 temperature: float = 1.0, score: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """Teacher-forced log-prob and entropy (B, T) of each token given its real prefix.
 
             logp[b, t] = log softmax(logits[b, prev(t)] / temperature | allowed[b, t])[tokens[b, t]]
 
         where prev(t) is the previous real position; 0 at padding and at each row's first real token.
-        Computed from the hidden states in chunks (``score_tokens``), never the whole (B, T, V) logits.
+        Computed from the hidden states in chunks (``score_tokens``), never the whole (B, T, V) logits;
+        ``score`` (B, T) bool: only those tokens (the others 0).
         """
         attn_mask = attn_mask.to(torch.bool)
         return score_tokens(self.hidden(tokens, attn_mask), self.lm_head, tokens, attn_mask, allowed=allowed,
-                            temperature=temperature)
+                            temperature=temperature, score=score)
 
     # ---- generation with a KV cache -------------------------------------------------------------
     def _generate_inputs(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float,

@@ -69,14 +69,13 @@ def step_and_measure(opt: torch.optim.Optimizer) -> float:
         opt.step()
         return update_norm(before, params)
     opt.step()
-    sq = torch.zeros((), dtype=torch.float64)
+    sq = 0.0
     for g, p in groups:
         st = opt.state[p]
         (b1, b2), lr, wd, t = g["betas"], float(g["lr"]), float(g["weight_decay"]), float(st["step"])
-        d = (st["exp_avg_sq"].sqrt() / (1 - b2 ** t) ** 0.5).add_(g["eps"])        # one parameter's temporaries
-        move = st["exp_avg"] / d
-        move.mul_(lr / (1 - b1 ** t))                                               # s m / d
+        move = st["exp_avg_sq"].sqrt().mul_((1 - b2 ** t) ** -0.5).add_(g["eps"])   # d: one temporary per parameter
+        move.reciprocal_().mul_(st["exp_avg"]).mul_(lr / (1 - b1 ** t))             # s m / d, in place
         if wd:
             move.add_(p.detach() + move, alpha=lr * wd / (1 - lr * wd))            # + lr wd theta (theta read back)
-        sq += move.double().pow(2).sum().cpu()
-    return float(sq.sqrt())
+        sq += float(torch.linalg.vector_norm(move)) ** 2
+    return sq ** 0.5
