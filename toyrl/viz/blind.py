@@ -13,6 +13,7 @@ the reasoning tokens each turn rewrites. Three pure functions feed the notebook'
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +26,7 @@ from ..lab.claims.spec import early, final
 from .plots import mark_steps
 from .style import figsize, font_size, subplots
 
-__all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "series_path", "reasoning_check", "momentum_trap",
+__all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "series_path", "record", "reasoning_check", "momentum_trap",
            "claim_table", "collapsed_seeds", "plot_claim_run"]
 
 CLAIM = "blind_echo"
@@ -42,6 +43,14 @@ FIXES = {"none (GRPO)": ("blind_echo", "grpo"), "KL to the BC start": ("blind_ec
 def series_path(claim: str = CLAIM, heldout: bool = False) -> Path:
     """Where claim ``claim``'s stored runs are: seeds 0-9 in ``data/claims/``, 10-19 in ``data/claims/heldout/``."""
     return (LEDGER / "heldout" if heldout else LEDGER) / f"{claim}.series.json.gz"
+
+
+def record(claim: str, heldout: bool = False) -> dict:
+    """The stored ledger record of ``claim`` (its verdict, tests and per-seed metrics) for one block."""
+    path = (LEDGER / "heldout" if heldout else LEDGER) / f"{claim}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `toyrl reproduce {claim} --update-shipped` first")
+    return json.loads(path.read_text())
 
 
 def reasoning_check(name: str = "tmaze", *, episodes: int = 128, seed: int = 0) -> dict:

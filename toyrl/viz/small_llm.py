@@ -42,7 +42,7 @@ from ..train.runlog import encode
 from ..lab.bench.smollm2 import SYSTEM, format_valid
 
 __all__ = ["RUNS_DIR", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel", "PAIR", "PAIR_STEPS",
-           "warm_start", "run_pair", "load_pair"]
+           "warm_start", "run_pair", "load_pair", "TWINS", "twin_verdicts"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "small_llm"
 _GRID = dict(env="gridworld", env_kwargs={"map_name": "4x4"}, max_turns=8, group_size=8, prompts_per_step=2)
@@ -215,6 +215,28 @@ def load_pair(seed: int = 0, out_dir=RUNS_DIR) -> dict:
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing; make it with `python -m toyrl.viz.small_llm {policy}`")
         out[policy] = json.loads(path.read_text())
+    return out
+
+
+TWINS = ("bc_warmstart", "env_mask")
+"""the toy's claims registered again with SmolLM2 as the policy (``toyrl.lab.claims.llm``: smollm2_NAME)"""
+
+
+def twin_verdicts(names=TWINS, load=None) -> dict:
+    """name -> policy ("toy", "smollm2") -> block ("seeds 0-9", "seeds 10-19") -> {"verdict", "tests": [(test name,
+    mean, ci low, ci high, outcome)], "cpu_s": CPU seconds of the block's runs}, from the stored ledger records of
+    NAME and smollm2_NAME. ``load(claim, heldout) -> record`` (default ``toyrl.viz.blind.record``)."""
+    from .blind import record
+    load = record if load is None else load
+    out = {}
+    for name in names:
+        out[name] = {}
+        for policy, claim in (("toy", name), ("smollm2", f"smollm2_{name}")):
+            out[name][policy] = {}
+            for block, held in (("seeds 0-9", False), ("seeds 10-19", True)):
+                r = load(claim, held)
+                tests = [(t["name"], t["effect"]["mean"], *t["effect"]["ci95"], t["outcome"]) for t in r["result"]["tests"]]
+                out[name][policy][block] = {"verdict": r["verdict"], "tests": tests, "cpu_s": r.get("cpu_time_s")}
     return out
 
 

@@ -183,8 +183,9 @@ def claim_figure(claim, series: dict, record: dict):
             marks.setdefault(lab, h)
     fig.legend(list(marks.values()), list(marks), loc="outside lower right", frameon=False, ncol=min(4, len(marks)))
     n = len(record["seeds"])
+    setting = textwrap.fill(setting_label(claim.base, claim.arms), width=int(9 * sum(widths)))  # ~9 characters an inch
     fig.suptitle(f"{claim.name}: {record['verdict']} ({n} seeds{', quick' if record['setting'].get('quick') else ''})"
-                 f"\n{setting_label(claim.base, claim.arms)}")
+                 f"\n{setting}")
     return fig
 
 
