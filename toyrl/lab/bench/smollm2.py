@@ -159,9 +159,9 @@ def measure(steps: int, bc_steps: int, lora_r: int = 0, seed: int = 0, policy: s
                tokens=med("tokens_generated"), valid_rl=med("format_valid_rate"), grad_norm=med("grad_norm"),
                peak_gb=dict(meter.peak_gb))
     out["tok_per_s"] = out["tokens"] / out["gen_s"] if out["gen_s"] else float("nan")
-    with torch.no_grad():                                             # the teacher-forced forward of the last batch
-        t0 = time.perf_counter()
-        recompute_logp(tr.policy, rollouts[-1], tr.cfg.recompute)
+    with torch.no_grad():                                   # the teacher-forced forward of the last batch, scoring
+        t0 = time.perf_counter()                            # the tokens the update scores
+        recompute_logp(tr.policy, rollouts[-1], tr.cfg.recompute, env_tokens=not tr.cfg.mask_env_tokens)
         out["forward_s"] = time.perf_counter() - t0
     out["update_over_forward"] = out["update_s"] / out["forward_s"]
     out["projected_100"] = 100 * (out["gen_s"] + out["update_s"])
