@@ -150,8 +150,9 @@ def _metric_panel(bx, claim, record: dict, metric: str, arms: list) -> None:
     bx.set_title("\n".join(textwrap.wrap(metric.replace("_", " "), 18)))
 
 
-LABEL_KEYS = ("size", "map_name", "stages", "slip", "dense", "prompts_per_step", "group_size", "lr", "ppo_epochs",
-              "staleness", "think_max", "constrain", "bc_steps", "grad_clip", "context", "context_k", "estimator")
+LABEL_KEYS = ("policy", "lora_r", "size", "map_name", "stages", "slip", "dense", "prompts_per_step", "group_size", "lr",
+              "ppo_epochs", "staleness", "think_max", "constrain", "bc_steps", "grad_clip", "context", "context_k",
+              "estimator")
 """setting fields named in a figure title when the claim's base sets them"""
 
 
