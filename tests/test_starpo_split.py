@@ -66,3 +66,5 @@ def test_random_keep_has_as_many_groups_as_the_filter():
 def test_measure_validates_its_arm():
     with pytest.raises(ValueError, match="arm"):
         starpo_split_measure("grpo", 0, True, {})
+    with pytest.raises(ValueError, match="base must filter with starpo_s"):
+        starpo_split_measure("starpo_s", 0, True, {"env": "gridworld"})

@@ -26,7 +26,7 @@ from ..lab.claims.spec import early, final
 from .plots import mark_steps
 from .style import figsize, font_size, subplots
 
-__all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "series_path", "record", "reasoning_check", "momentum_trap",
+__all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "BLOCKS", "series_path", "record", "reasoning_check", "momentum_trap",
            "claim_table", "collapsed_seeds", "plot_claim_run"]
 
 CLAIM = "blind_echo"
@@ -38,6 +38,10 @@ FIXES = {"none (GRPO)": ("blind_echo", "grpo"), "KL to the BC start": ("blind_ec
          "critic (GAE)": ("blind_fixes", "critic"), "entropy bonus": ("blind_fixes", "entropy"),
          "clip-higher": ("blind_fixes", "clip_higher")}
 """the widget's fixes -> (ledger claim, arm); each claim has its own plain GRPO arm, paired with its fixes by seed"""
+
+
+BLOCKS = (("seeds 0-9", False), ("seeds 10-19", True))
+"""(label, held-out?) of the two seed blocks every verdict runs on (``series_path`` / ``record``'s ``heldout``)"""
 
 
 def series_path(claim: str = CLAIM, heldout: bool = False) -> Path:

@@ -287,9 +287,9 @@ POP_ROWS = (("blind_echo", "grpo", "GRPO (blind_echo)"), ("blind_echo", "kl", "K
 def population_tables() -> dict:
     """block -> claim -> ``toyrl.viz.blind.claim_table`` of the stored blind_echo / blind_fixes runs, every run
     judged now (seeds 0-9 in ``data/claims``, seeds 10-19 in ``data/claims/heldout``)."""
-    from .blind import claim_table, load_series, series_path
+    from .blind import BLOCKS, claim_table, load_series, series_path
     return {block: {c: claim_table(load_series(series_path(c, heldout))) for c in ("blind_echo", "blind_fixes")}
-            for block, heldout in (("seeds 0-9", False), ("seeds 10-19", True))}
+            for block, heldout in BLOCKS}
 
 
 def population_counts(tables: dict, rows=POP_ROWS) -> dict:

@@ -20,14 +20,10 @@ import numpy as np
 
 from ..lab.claims.echo import TMAZE_FLOOR, floor_view
 from ..lab.claims.report import load_series
-from .blind import record, series_path
+from .blind import BLOCKS, record, series_path
 from .style import arm_color, figsize, font_size, styled, subplots
 
 __all__ = ["BLOCKS", "record", "floor_counts", "kept_curves", "plot_kept"]
-
-BLOCKS = (("seeds 0-9", False), ("seeds 10-19", True))
-"""(label, held-out?) of the two seed blocks every verdict runs on"""
-
 
 def floor_counts(claim: str = "critic_delay_warm", series: Optional[dict] = None) -> dict:
     """block -> arm -> ``floor_view`` of the stored runs (``series``: block -> arm -> seed -> run series, default

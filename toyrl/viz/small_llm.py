@@ -226,14 +226,15 @@ def twin_verdicts(names=TWINS, load=None) -> dict:
     """name -> policy ("toy", "smollm2") -> block ("seeds 0-9", "seeds 10-19") -> {"verdict", "tests": [(test name,
     mean, ci low, ci high, outcome)], "cpu_s": CPU seconds of the block's runs}, from the stored ledger records of
     NAME and smollm2_NAME. ``load(claim, heldout) -> record`` (default ``toyrl.viz.blind.record``)."""
-    from .blind import record
+    from ..lab.claims.report import LLM_PREFIX
+    from .blind import BLOCKS, record
     load = record if load is None else load
     out = {}
     for name in names:
         out[name] = {}
-        for policy, claim in (("toy", name), ("smollm2", f"smollm2_{name}")):
+        for policy, claim in (("toy", name), ("smollm2", LLM_PREFIX + name)):
             out[name][policy] = {}
-            for block, held in (("seeds 0-9", False), ("seeds 10-19", True)):
+            for block, held in BLOCKS:
                 r = load(claim, held)
                 tests = [(t["name"], t["effect"]["mean"], *t["effect"]["ci95"], t["outcome"]) for t in r["result"]["tests"]]
                 out[name][policy][block] = {"verdict": r["verdict"], "tests": tests, "cpu_s": r.get("cpu_time_s")}

@@ -119,14 +119,18 @@ critic_delay_warm = Claim(
 # why StarPO-S forgot more than GRPO in blind_fixes (9/10 and 8/10 at the forgetting level): its filter keeps the
 # quarter of groups with the largest reward std; the claim is that those are the groups whose memos carry the cue
 # least, so the update learns from the rollouts that already lost it (``measures.starpo_split_measure``)
+STARPO_CUE_BASE = {**BLIND_BASE, "filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}}
+"""blind_fixes' StarPO-S arm: blind_echo's setting, keep the top quarter of groups by reward std"""
+
+
 def starpo_cue_measure(arm: str, seed: int, quick: bool) -> dict:
-    """``measures.starpo_split_measure`` in blind_echo's setting (``BLIND_BASE``)."""
-    return starpo_split_measure(arm, seed, quick, BLIND_BASE)
+    """``measures.starpo_split_measure`` of blind_fixes' StarPO-S arm (``STARPO_CUE_BASE``)."""
+    return starpo_split_measure(arm, seed, quick, STARPO_CUE_BASE)
 
 
 starpo_cue = Claim(
     name="starpo_cue", **about("starpo_cue"),
-    base={**BLIND_BASE, "filters": ["starpo_s"], "filter_kwargs": {"starpo_s": {"p": 0.25}}},
+    base=STARPO_CUE_BASE,
     arms={"starpo_s": {}}, steps=60, quick_steps=20,
     tests=[Test("kept - random keep of as many groups, template MI (mean over steps)", "kept_minus_random_mi",
                 "starpo_s", sign=-1)],

@@ -132,16 +132,18 @@ def kept_split(batch, keep, rng=None) -> dict:
 
 
 def starpo_split_measure(arm: str, seed: int, quick: bool, base: dict) -> dict:
-    """Train blind_fixes' StarPO-S arm (``base``: the blind T-maze's config, ``echo.BLIND_BASE``; keep the top
-    quarter of groups by reward std) and log ``kept_split`` of every step's batch. The run is the plain run: ``prepare`` is only watched. Per seed: the
-    means over steps of kept - random template MI and reward, kept - dropped reward, and the final success."""
+    """Train a StarPO-S run (``base``: its TrainConfig fields, with the starpo_s filter; ``echo.STARPO_CUE_BASE`` is
+    blind_fixes' StarPO-S arm) and log ``kept_split`` of every step's batch. The run is the plain run: ``prepare``
+    is only watched. Per seed: the means over steps of kept - random template MI and reward, kept - dropped reward,
+    and the final success."""
     import torch
     torch.set_num_threads(1)
     from ...train import Trainer, TrainConfig
     if arm != "starpo_s":
         raise ValueError(f"arm must be 'starpo_s', got {arm!r}")
-    tr = Trainer(TrainConfig(**base, filters=["starpo_s"], filter_kwargs={"starpo_s": {"p": 0.25}},
-                             steps=20 if quick else 60, seed=seed, progress=False))
+    if "starpo_s" not in base.get("filters", ()):
+        raise ValueError(f"base must filter with starpo_s, got filters={base.get('filters')!r}")
+    tr = Trainer(TrainConfig(**base, steps=20 if quick else 60, seed=seed, progress=False))
     rows, watched, rng = [], tr.prepare, np.random.default_rng([seed, 7])
 
     def prepare(ro):
