@@ -128,13 +128,17 @@ def test_validation_names_the_field(kw, message):
     TrainConfig(bc_optimizer="continue", bc_steps=1, lr_warmup=5, skip_zero_adv=True).validate()
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("chunk", [1 << 20, 4])
 @pytest.mark.parametrize("wd", [0.0, 0.01])
-def test_step_and_measure_equals_the_snapshot_norm(wd):
+def test_step_and_measure_equals_the_snapshot_norm(wd, chunk, fused):
+    """The norm read back from AdamW's state (whole parameters, or cut into chunks of 4) equals the snapshot's,
+    for the per-tensor loop and the fused kernel."""
     from toyrl.train.optim import step_and_measure
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
     twin = copy.deepcopy(net)
-    a, b = (torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=wd) for m in (net, twin))
+    a, b = (torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=wd, fused=fused) for m in (net, twin))
     for k in range(4):
         x = torch.randn(16, 5)
         for m, o in ((net, a), (twin, b)):
@@ -143,10 +147,20 @@ def test_step_and_measure_equals_the_snapshot_norm(wd):
         before = [p.detach().clone() for p in twin.parameters()]
         b.step()
         want = update_norm(before, list(twin.parameters()))
-        got = step_and_measure(a)
+        got = step_and_measure(a, chunk=chunk)
         assert got == pytest.approx(want, rel=1e-4) and got > 0
         for p, q in zip(net.parameters(), twin.parameters()):
             assert torch.equal(p, q)                                     # the step itself is AdamW's own
+
+
+def test_adamw_fuses_where_it_can():
+    """adamw: the fused kernel on request (CPU has one in this torch), the per-tensor loop otherwise; the hf
+    trainer and behaviour cloning fuse, the toy trainer does not."""
+    from toyrl.train.optim import adamw
+    w = torch.nn.Parameter(torch.zeros(3))
+    assert adamw([w], 1e-3, fused=True).defaults["fused"] is True
+    assert not adamw([w], 1e-3).defaults["fused"] and adamw([w], 1e-3).defaults["weight_decay"] == 0.0
+    assert not Trainer(TrainConfig(env="bandit_chain", steps=1)).opt.defaults["fused"]
 
 
 def test_step_and_measure_falls_back_to_a_snapshot():

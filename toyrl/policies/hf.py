@@ -126,31 +126,61 @@ class HFPolicy(torch.nn.Module):
             z = self.model.get_output_embeddings()(h)
         return logit_transform(self.model.config, z.float())
 
-    def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
-        """(B, T, d) last-layer hidden states (fp32, after the final norm)."""
+    def hidden(self, tokens: Tensor, attn_mask: Tensor, share: Optional[Tuple[Tensor, Tensor, int]] = None) -> Tensor:
+        """(B, T, d) last-layer hidden states (fp32, after the final norm). ``share`` = (rep (n,), inv (B,), k)
+        (``toyrl.rollout.flatten.shared_prefix``): the first k positions, the same in every row of a group, run
+        once per group (rows ``rep``); each row's copy of that KV cache (``inv``) then serves its own
+        positions k.. . The same numbers at float rounding, gradients included, for n k + B (T - k) positions
+        of work instead of B T."""
         attn_mask = attn_mask.bool()
         self._check_positions(int(attn_mask.sum(1).max()) if attn_mask.numel() else 0, "a sequence")
-        out = self._decoder(tokens, attn_mask, positions_from_mask(attn_mask), use_cache=False)
-        return out.last_hidden_state.float()
+        pos = positions_from_mask(attn_mask)                                          # (B, T)
+        if share is None:
+            return self._decoder(tokens, attn_mask, pos, use_cache=False).last_hidden_state.float()
+        rep, inv, k = share
+        first = self._decoder(tokens[rep, :k], attn_mask[rep, :k], pos[rep, :k], use_cache=True)  # (n, k, d)
+        first.past_key_values.reorder_cache(inv)                                      # (B, ...) a copy per row
+        tail = self._decoder(tokens[:, k:], attn_mask, pos[:, k:], use_cache=True,
+                             past_key_values=first.past_key_values)                  # (B, T - k, d)
+        return torch.cat([first.last_hidden_state[inv], tail.last_hidden_state], 1).float()
+
+    def shares_prefix(self) -> bool:
+        """Whether ``logprobs`` can take ``share`` now: the KV cache is on (a checkpointed block in training
+        mode drops it, see ``_cache_on``)."""
+        return not (self.model.training and bool(getattr(self.model, "is_gradient_checkpointing", False)))
 
     def logprobs(self, tokens: Tensor, attn_mask: Tensor, *, allowed: Optional[Tensor] = None,
-                 temperature: float = 1.0, score: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                 temperature: float = 1.0, score: Optional[Tensor] = None,
+                 share: Optional[Tuple[Tensor, Tensor, int]] = None) -> Tuple[Tensor, Tensor]:
         """Teacher-forced (logp, entropy) (B, T) of each token given its real prefix (see ``base.py``), from
         the hidden states through the head in chunks (``score_tokens``): never the (B, T, V) logits;
-        ``score`` (B, T) bool: only those tokens (the others 0)."""
+        ``score`` (B, T) bool: only those tokens (the others 0); ``share``: a prefix run once per group
+        (``hidden``)."""
         attn_mask = attn_mask.bool()
         if self.heap and torch.is_grad_enabled():
             compact_heap(HEAP_MMAP_THRESHOLD)
-        return score_tokens(self.hidden(tokens, attn_mask), self._head, tokens, attn_mask, allowed=allowed,
+        if share is not None and not self.shares_prefix():
+            raise ValueError("share: this model checkpoints its blocks in training mode and keeps no KV cache; "
+                             "pass share=None")
+        return score_tokens(self.hidden(tokens, attn_mask, share), self._head, tokens, attn_mask, allowed=allowed,
                             temperature=temperature, score=score)
 
     def _prefill(self, context: Tensor, mask: Tensor, past: Optional["HFPast"], width: int):
         """Run the new context tokens (after ``past``'s pending token, if any) -> (cache, attn (B, S + width)
         with ``width`` free slots for the decode steps, n_real (B,), logits (B, V) after each row's last real
-        token). The head runs on those B positions only."""
+        token). The head runs on those B positions only; a first turn runs each distinct context once (the G
+        rows of a group share their prompt) and copies its cache to the rows that repeat it."""
         if past is not None:                                                         # feed the pending token first
             context, mask = torch.cat([past.pending, context], 1), torch.cat([past.pending_mask, mask], 1)
         B, dev = context.shape[0], context.device
+        if past is None:                                                             # rows of one prompt: run once
+            uniq, inv = torch.unique(context.masked_fill(~mask, -1), dim=0, return_inverse=True)
+            if len(uniq) < B:
+                rep = torch.full((len(uniq),), B, device=dev).scatter_reduce(0, inv, torch.arange(B, device=dev),
+                                                                             "amin")   # (n,) first row of each
+                cache, attn, n_real, logits = self._prefill(context[rep], mask[rep], None, width)
+                cache.reorder_cache(inv)
+                return cache, attn[inv], n_real[inv], logits[inv]
         n0 = torch.zeros(B, dtype=torch.long, device=dev) if past is None else past.n_real
         attn = torch.cat([mask if past is None else torch.cat([past.attn, mask], 1),
                           mask.new_zeros(B, width)], 1)                              # (B, S + width) bool

@@ -50,12 +50,12 @@ from ..diagnostics import pool_loss_stats, stability_report
 from ..envs import make_core
 from ..objectives import policy_loss
 from .build import build_policy, policy_kwargs
-from .defaults import resolve_defaults
+from .defaults import policy_kind, resolve_defaults
 from .limits import check_context
 from ..rollout.engine import Rollout, Sampling, recompute_logp, rollout
 from ..rollout.engines import make_engine, sync_engine
 from ..rollout.mismatch import mismatch_row
-from .optim import step_and_measure, update_norm, warmup_lr
+from .optim import adamw, step_and_measure, update_norm, warmup_lr
 from .providers import Prepared, Providers
 from .runlog import RunLog
 from .trackers import open_tracker
@@ -91,7 +91,7 @@ class Trainer(Providers):
         self.cfg = cfg = resolve_defaults(cfg, self.policy)      # None: the policy's own context and learning rates
         check_context(self.policy, self.codec, self.core, cfg)  # ValueError if an episode can outgrow its positions
         self.sampling = _sampling(cfg, self.gen)
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=0.0)
+        self.opt = adamw(self.policy.parameters(), cfg.lr, fused=policy_kind(cfg) != "scratch")   # hf: one kernel
         self.ref = None
         self.version = 0                                         # optimizer updates taken so far
         strength = engine_strength(cfg)                          # the engine mode's parameter, typed (None: none)
@@ -200,6 +200,7 @@ class Trainer(Providers):
                 out["grad_norms"].append(norm.item())
                 stats.append({"loss": loss.detach(), **{k: v for k, v in info.items()      # scalars and (H,) lists
                                                         if torch.is_tensor(v) and v.dim() <= 1}})
+        self.opt.zero_grad(set_to_none=True)                     # freed now: rollout and forward run without them
         info = pool_loss_stats(stats, passes=cfg.ppo_epochs)     # every minibatch of every epoch, token-weighted
         out.update(loss=info["loss"], info=info)
         return out
