@@ -99,10 +99,13 @@ def test_smollm2_bench_report_structure(tmp_path, capsys):
     assert m["update_over_forward"] == pytest.approx(m["update_s"] / m["forward_s"])
     tr, toy = m["peer"]["trl"], m["peer"]["toyrl"]
     assert toy["step_s"] > 0 and toy["peak_gb"] > 0.05 and len(toy["prompts"]) == 2
+    assert 1 <= toy["reply_tokens"] <= smollm2.REPLY                 # the work behind the time: reply length
     assert ("error" in tr) != ("step_s" in tr)                   # a time and a peak, or why TRL did not run
+    assert "error" in tr or 1 <= tr["reply_tokens"] <= smollm2.REPLY
     out = capsys.readouterr().out
     assert "| multi-turn rollout (8 turns at most) |" in out and "model.generate, same prompts" in out
     assert "single-turn GRPO step, toyrl (own process)" in out and "TRL GRPOTrainer" in out
+    assert "tokens on average)" in out
     assert "load " in out and "1 thread(s)" in out
 
 

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ..codecs.text import TextCodec
-from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens
+from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens, stop_table
 from .hf_chat import (HFTokenizer, chat_template_strings, model_token_ids, special_ids, system_head,  # noqa: F401
                       tokenizer_token_ids)
 from .hf_load import DECODE_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD, compact_heap, load_model
@@ -228,11 +228,12 @@ class HFPolicy(torch.nn.Module):
     def _generate(self, context: Tensor, context_mask: Tensor, max_new: int, temperature: float, *, stop_token,
                   allowed, greedy, generator, past, constraint) -> Generation:
         dev = context.device
-        stops = None if stop_token is None else torch.as_tensor(stop_token, device=dev).reshape(-1)
         n_ctx = int((context_mask.sum(1) + (0 if past is None else past.n_real + past.pending_mask.sum(1))).max())
         self._check_positions(n_ctx + max_new - 1, f"a context of {n_ctx} tokens + {max_new} new")   # last fed: N - 1
         cache, attn, pos, logits = self._prefill(context, context_mask.bool(), past, max_new - 1)
         S0 = attn.shape[1] - (max_new - 1)                                                # slot of the first new token
+        stops = None if stop_token is None else stop_table(torch.as_tensor(stop_token, device=dev).reshape(-1),
+                                                           logits.shape[-1])              # (V,) bool: one lookup a step
         buf = Decode.empty(logits.shape[0], max_new, self.pad_id, dev)                    # (B, N) buffers
         for t in range(max_new):
             live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,

@@ -173,14 +173,16 @@ def single_turn_toyrl(policy: str, steps: int, seed: int = 0) -> dict:
     """The single-turn GRPO step in toyrl (``SETTING`` with ``SINGLE``): best step seconds, peak GB, prompt texts."""
     from toyrl.train import TrainConfig, Trainer
     tr = Trainer(TrainConfig(**{**SETTING, **SINGLE, "policy": policy}, steps=steps, seed=seed, progress=False))
-    times = []
+    times, replies = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
-        tr.step()
+        row = tr.step()
         times.append(time.perf_counter() - t0)
+        replies.append(row["tokens_generated"] / tr.B)
     tr.core.reset(tr.core.sample_tasks(tr.rng, tr.core.num_envs))
     prompts = [tr.policy.tokenizer.decode(tr.codec.prompt(tr.core, i)) for i in range(tr.cfg.prompts_per_step)]
-    return {"step_s": min(times), "peak_gb": peak_rss_gb(), "prompts": prompts}
+    return {"step_s": min(times), "peak_gb": peak_rss_gb(), "prompts": prompts,
+            "reply_tokens": sum(replies) / len(replies)}
 
 
 def single_turn_trl(path: str, prompts: list, steps: int, seed: int = 0) -> dict:
@@ -213,7 +215,9 @@ def single_turn_trl(path: str, prompts: list, steps: int, seed: int = 0) -> dict
                               reward_funcs=lambda completions, **kw: [float("pull[" in c) for c in completions],
                               train_dataset=Dataset.from_dict({"prompt": prompts * steps}))
         trainer.train()
-    return {"step_s": min(clock.times), "peak_gb": peak_rss_gb()}
+    lengths = [r["completions/mean_length"] for r in trainer.state.log_history if "completions/mean_length" in r]
+    return {"step_s": min(clock.times), "peak_gb": peak_rss_gb(),
+            "reply_tokens": sum(lengths) / len(lengths) if lengths else float("nan")}
 
 
 def peer(policy: str, path: str, steps: int, threads: int) -> dict:
@@ -259,7 +263,8 @@ def report(m: dict, threads: int) -> str:
         p = m.get("peer", {}).get(name)
         if p is not None:
             label = f"single-turn GRPO step, {'toyrl' if name == 'toyrl' else 'TRL GRPOTrainer'} (own process)"
-            rows.append((label, f"{p['step_s']:.1f} s", f"{p['peak_gb']:.2f}") if "error" not in p
+            rows.append((label, f"{p['step_s']:.1f} s (replies {p.get('reply_tokens', float('nan')):.1f} tokens "
+                                f"on average)", f"{p['peak_gb']:.2f}") if "error" not in p
                         else (label, f"not run: {p['error']}", ""))
     lines += ["", "| what | time | peak RSS (GB) |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
     lines.append(f"\nper RL step: {m['tokens']:.0f} tokens, format-valid {m['valid_rl']:.2f}, grad norm "
