@@ -176,6 +176,21 @@ def test_discounted_returns_is_the_python_recursion_bit_for_bit(seed, B, H, gamm
     assert torch.equal(discounted_returns(r, m, gamma), _returns_loop(r, m, gamma))
 
 
+def test_discounted_returns_blocked_layout_is_the_recursion_and_ignores_invalid_rewards():
+    """Batches of 512+ rows take blocks of 512 (and odd B blocks of 1): still the loop, bit for bit; a
+    non-finite reward on an invalid turn is ignored, on a valid one it propagates."""
+    g = torch.Generator().manual_seed(1)
+    for B in (1024, 1000, 513):
+        r = torch.randn(B, 6, generator=g, dtype=torch.float64)      # the loop runs in Python floats
+        m = torch.rand(B, 6, generator=g) < 0.7
+        assert torch.equal(discounted_returns(r, m, 0.95), _returns_loop(r, m, 0.95))
+    r, m = torch.ones(2, 3, dtype=torch.float64), torch.tensor([[1, 0, 1], [1, 1, 1]], dtype=torch.bool)
+    r[0, 1] = float("nan")
+    assert torch.equal(discounted_returns(r, m, 0.5), _returns_loop(r, m, 0.5))
+    r[1, 2] = float("inf")
+    assert discounted_returns(r, m, 0.5)[1].isinf().all()
+
+
 def test_discounted_returns_equal_suffixes_give_equal_bits_in_float32():
     """The same reward suffix reached at different turns gives bit-equal returns (what anchor stats need)."""
     r = torch.tensor([[0.0, 0.3, 0.1, 0.7], [0.3, 0.1, 0.7, 0.0]])
@@ -234,3 +249,21 @@ def test_dense_index_renumbers_in_sorted_order():
 def test_segment_std_of_equal_values_is_exactly_zero(v, n, ddof):
     x = torch.full((n,), v, dtype=torch.float32)
     assert segment_std(x, torch.zeros(n, dtype=torch.long), 1, ddof=ddof).item() == 0.0
+
+
+def test_all_finite_by_hand():
+    from toyrl.batch import all_finite
+    assert all_finite(torch.tensor([1.0, 3e38, 3e38]))                     # the sum overflows; every value is finite
+    assert not all_finite(torch.tensor([1.0, float("nan")]))
+    assert not all_finite(torch.tensor([float("inf"), float("-inf")]))    # inf - inf: the sum is NaN
+    assert not all_finite(torch.tensor([[0.0], [-float("inf")]]))
+    assert all_finite(torch.zeros(0)) and all_finite(torch.arange(5))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.5, -2.0, 3e38, -3e38, float("nan"), float("inf"), -float("inf")]),
+                min_size=0, max_size=12), st.sampled_from([torch.float32, torch.float64, torch.float16]))
+def test_all_finite_equals_isfinite_all(values, dtype):
+    from toyrl.batch import all_finite
+    x = torch.tensor(values, dtype=torch.float64).to(dtype)
+    assert all_finite(x) == bool(torch.isfinite(x).all())

@@ -125,11 +125,12 @@ def test_register_with_verl_multi_turn():
 
 
 def test_blocks_detects_only_consecutive_equal_groups():
-    from toyrl.port.verl_credit import _blocks, _groups
-    for ids, want in (([0, 0, 1, 1], 2), ([0, 1, 0, 1], 0), ([0, 0, 0, 1], 0), ([3, 3, 4, 4, 5, 5], 0),   # ids 0-2 are empty groups (used as they are): the scatter path
-                      ([1, 1, 0, 0], 0), ([0, 1, 2], 1)):
-        g, S, n = _groups(np.array(ids), "cpu", len(ids))
-        assert _blocks(g, S, n) == want, ids
+    from toyrl.port.verl_credit import _blocks, _labels
+    for ids, want in (([0, 0, 1, 1], 2), ([0, 1, 0, 1], 0), ([0, 0, 0, 1], 0), ([3, 3, 4, 4, 5, 5], 2),
+                      ([1, 1, 0, 0], 0), ([0, 1, 2], 1), ([0, 0, 2, 2], 0), ([5, 5, 5, 5], 4)):
+        for index in (np.array(ids), torch.tensor(ids), np.array(ids, dtype=np.uint64) + np.uint64(2**63)):
+            assert _blocks(*_labels(index, len(ids))) == want, (ids, index.dtype)
+    assert _blocks(*_labels(np.array(["b", "b", "a", "a"], dtype=object), 4)) == 2      # factorize: first-seen order
 
 
 def test_block_layout_equals_scattered_layout():

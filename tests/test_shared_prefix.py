@@ -10,7 +10,6 @@ from hypothesis import given, settings, strategies as st
 from toyrl.rollout.flatten import logprobs_by_length, shared_prefix
 
 from conftest import make_local_model
-from test_logprob_chunked import batch
 
 transformers = pytest.importorskip("transformers")
 
@@ -134,13 +133,13 @@ def test_share_needs_the_cache(tmp_path):
 
 
 def test_prefill_runs_each_prompt_once(hf_policy, monkeypatch):
-    """Rows repeating a prompt (left-padded) are prefilled once; the sampled tokens and log-probs equal those of
-    a batch of distinct rows drawing the same numbers (each row generated alone)."""
-    tokens, mask, _ = batch(hf_policy.vocab_size, B=3, T=9)
-    mask[1] = mask[0]                                                             # row 0's left padding
-    mask[1, 4:6] = False
-    mask = torch.cat([mask[[0, 2]], mask[[0, 2]]])                               # rows 2, 3 repeat rows 0, 1
-    tokens = torch.cat([tokens[[0, 2]], tokens[[0, 2]]])
+    """Rows repeating a prompt (left-padded) are prefilled once; the greedy tokens and log-probs equal those of
+    each row generated alone."""
+    tokens = torch.randint(0, hf_policy.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[0, :3] = False                                                           # left padding
+    mask = torch.cat([mask, mask])                                                # rows 2, 3 repeat rows 0, 1
+    tokens = torch.cat([tokens, tokens])
     seen = []
     inner = hf_policy._decoder
     monkeypatch.setattr(hf_policy, "_decoder", lambda t, *a, **kw: seen.append(t.shape[0]) or inner(t, *a, **kw))

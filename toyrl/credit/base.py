@@ -68,16 +68,18 @@ def group_norm(x: torch.Tensor, idx: torch.Tensor, S: int, *, norm: str = "std",
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
     x64 = x.to(torch.float64, copy=True)                                 # (N,) our own copy: updated in place
     n = segment_count(idx, S, torch.long) if count is None else count   # (S,) rows per segment (exact ints)
+    idx = idx.long()                                                     # the scatters' index type, converted once
     mean = segment_sum(x64, idx, S) / n.clamp(min=1)                     # (S,)
-    centered = x64.sub_(mean.index_select(0, idx))                       # (N,) singleton: exactly 0
+    buf = mean.index_select(0, idx)                                      # (N,) scratch, reused twice below
+    centered = x64.sub_(buf)                                             # (N,) singleton: exactly 0
     if norm == "mean":
         return centered.to(x.dtype)
-    var = segment_sum(centered * centered, idx, S) / (n - ddof).clamp(min=1)   # (S,) two-pass variance
+    var = segment_sum(torch.mul(centered, centered, out=buf), idx, S) / (n - ddof).clamp(min=1)   # two-pass
     if ddof > 1:                                                         # count <= 1: var is exactly 0 already
         var = var.masked_fill(n <= ddof, 0.0)
     std = var.sqrt()
     den = std + eps if eps > 0 else torch.where(std > 0, std, 1.0)       # eps=0 and std 0: stays 0
-    return centered.div_(den.index_select(0, idx)).to(x.dtype)
+    return torch.div(centered, torch.index_select(den, 0, idx, out=buf), out=torch.empty_like(x))   # in x.dtype
 
 
 def group_ids(group: torch.Tensor) -> tuple[torch.Tensor, int]:

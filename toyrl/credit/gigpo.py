@@ -46,9 +46,9 @@ def anchor_slots(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.
     region (linear probing). The rows of one pair move in lockstep, so a pair gets one slot and a
     slot one pair: exact, whatever the hash collisions. Rows still pending after ``rounds`` rounds
     (pairs disjoint from all placed ones) are numbered by ``pair_index`` after the table, as are all
-    rows when the regions would outgrow 8 slots per turn (very unequal groups). Ids follow slot order.
-    Example: group [0, 1], keys [[5, 7], [5, 5]], mask [[1, 1], [1, 0]] -> [[1, 0], [2, 3]], S = 3
-    (``anchor_index``: [[0, 1], [2, 3]], the same cells).
+    rows when the regions would outgrow 8 slots per turn (very unequal groups). Ids follow the order
+    of first appearance. Example: group [0, 1], keys [[5, 7], [5, 5]], mask [[1, 1], [1, 0]] ->
+    [[0, 1], [2, 3]], S = 3 (``anchor_index`` numbers in sorted order; the cells are the same).
     """
     if table_bits is not None and not 0 <= table_bits <= 62:
         raise ValueError(f"table_bits must be None or an int in [0, 62], got {table_bits!r}")
@@ -63,35 +63,38 @@ def _slots(g: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, ta
            rounds: int, invalid_last: bool = False) -> tuple[torch.Tensor, int]:
     """``anchor_slots`` on dense group ids g (B,) -> (ids (N,) int32 (long past 2^31 rows), n).
 
+    The table maps each row to the *owner* of its pair's slot (the pair's lowest row), and the
+    owners, ranked by one cumsum over the N rows, number the pairs in order of first appearance.
     ``invalid_last``: the anchors get 0..S-1 and every invalid turn S, n = S (``anchor_slots``).
-    Else (GiGPO's own use) ids are 1..n-1 in slot order, the invalid turns one id of their own among
-    them and id 0 unused: a segment count n that needs no renumbering pass.
+    Else (GiGPO's own use) the invalid turns are one more segment among the n ids 0..n-1.
     """
     B, H = turn_mask.shape
     N = B * H
     dev, i32 = state_key.device, torch.int32 if N < 2**31 - 1 else torch.long   # int32 ids: half the bytes
     m = turn_mask.reshape(-1)                                                     # (N,)
     kf = state_key.reshape(-1).long()                                             # (N,)
+    row = torch.arange(N, dtype=i32, device=dev)                                  # (N,) row index
     per_group = torch.bincount(g)                                                 # (nG,) rollouts per group
     nG, most = per_group.numel(), int(per_group.max()) * H if B else 0           # most turns in one group
     bits = max(1, (2 * most - 1).bit_length()) if table_bits is None else table_bits
     R = 1 << bits                                                                 # slots per group region
     P = nG * R                                                                    # table slots; slot P: invalid
-    if P > 8 * N + 64:                                                            # unequal groups: no table
-        P = 0
-        h, rp = torch.zeros(N, dtype=torch.long, device=dev), m.nonzero().squeeze(1)
-        owner = torch.empty(0, dtype=i32, device=dev)                              # no table
+    if P > 8 * N + 64:                                                            # unequal groups: no table, all
+        P = 0                                                                     # valid rows numbered below
+        h = torch.zeros(N, dtype=torch.long, device=dev)
+        owner = torch.full((1,), N, dtype=i32, device=dev)                        # slot 0: the invalid turns
+        owner.scatter_reduce_(0, h, torch.where(m, N, row), reduce="amin")
+        o, rp = owner.expand(N).clone(), m.nonzero().squeeze(1)                  # (N,) owner of each row
     else:
-        h = kf * _MIX_P                                                           # (N,) hash of the key: its
-        h.bitwise_right_shift_(64 - bits).bitwise_and_(R - 1)                     # top bits = slot in the region
-        h.view(B, H).add_((g * R)[:, None])                                       # + the group's region start
-        h.masked_fill_(~m, P)
+        h = kf * (_MIX_P if bits else 0)                                          # (N,) hash of the key: its top
+        h.bitwise_right_shift_(min(64 - bits, 63))                                # bits, signed: [-R/2, R/2)
+        h.view(B, H).add_((g * R + R // 2)[:, None])                              # + the group's region start
+        h.masked_fill_(~m, P)                                                     # (N,) slot of each row
         owner = torch.full((P + 1,), N, dtype=i32, device=dev)                   # (P + 1,) owning row; N = free
-        owner.scatter_reduce_(0, h, torch.arange(N, dtype=i32, device=dev), reduce="amin")  # lowest row
-        same = (kf.index_select(0, owner.index_select(0, h)) == kf).logical_or_(~m)   # same region: same group
-        rp = (~same).nonzero().squeeze(1)                                         # (M,) pending rows (all valid)
-    slot = h                                                                      # h becomes the slot of each row
-    if rp.numel() and rounds and owner.numel():                                   # collisions: probe onwards
+        owner.scatter_reduce_(0, h, row, reduce="amin")                           # lowest row
+        o = owner.index_select(0, h)                                              # (N,) owner of each row's slot
+        rp = (kf.index_select(0, o) != kf).logical_and_(m).nonzero().squeeze(1)  # (M,) rows of another key
+    if rp.numel() and rounds and P:                                               # collisions: probe onwards
         rp = rp.to(i32)
         hp = h.index_select(0, rp)
         hp = (hp & ~(R - 1)) | ((hp + 1) & (R - 1))                               # next slot of the same region
@@ -99,27 +102,24 @@ def _slots(g: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor, ta
         for _ in range(rounds):
             free = owner.index_select(0, hp) == N
             owner.scatter_reduce_(0, torch.where(free, hp, P), rp, reduce="amin")  # free slots: lowest row claims
-            same = kf.index_select(0, owner.index_select(0, hp)) == kp
-            slot.index_put_((rp,), hp)                                            # final for the matched rows
-            left = (~same).nonzero().squeeze(1)
+            op = owner.index_select(0, hp)
+            o.index_put_((rp,), op)                                               # final for the matched rows
+            left = (kf.index_select(0, op) != kp).nonzero().squeeze(1)
             rp, hp, kp = rp[left], hp[left], kp[left]
             hp = (hp & ~(R - 1)) | ((hp + 1) & (R - 1))
             if rp.numel() == 0:
                 break
-    n_rest = 0
     if rp.numel():                                                                # pairs that found no slot
         rest, n_rest = pair_index(g.index_select(0, rp.long() // H), kf.index_select(0, rp))
-        slot.index_put_((rp,), P + 1 + rest)
-    used = torch.ones(P + 1 + n_rest, dtype=torch.bool, device=dev)               # (P + 1 + n_rest,) occupied slots:
-    torch.ne(owner, N, out=used[:owner.numel()])                                  # an owner's (every pair's slot)
+        first = torch.full((n_rest,), N, dtype=i32, device=dev).scatter_reduce_(0, rest, rp.to(i32), reduce="amin")
+        o.index_put_((rp,), first.index_select(0, rest))                          # the pair's lowest row
+    own = o == row                                                                # (N,) each pair's first row
     if invalid_last:
-        used[P] = False                                                           # the invalid slot stays unused
-        cum = used.cumsum(0, dtype=i32)
-        S = int(cum[-1])
-        return cum.index_select(0, slot).sub_(1).masked_fill_(~m, S), S
-    used[P] = True                                                                # the invalid turns' own id
-    cum = used.cumsum(0, dtype=i32)
-    return cum.index_select(0, slot), int(cum[-1]) + 1
+        own.logical_and_(m)                                                       # the invalid turns: no anchor
+    rank = own.cumsum(0, dtype=i32)                                               # (N,) anchors up to each row
+    S = int(rank[-1]) if N else 0
+    ids = rank.index_select(0, o).sub_(1)                                         # (N,) 0..S-1, first-seen order
+    return (ids.masked_fill_(~m, S), S) if invalid_last else (ids, S)
 
 
 def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, state_key: torch.Tensor, *,
@@ -145,8 +145,9 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
     if episode not in ("trajectory", "step"):
         raise ValueError(f"episode must be 'trajectory' or 'step', got {episode!r}")
     B, H = turn_reward.shape
+    mf = turn_mask.view(torch.uint8).to(turn_reward.dtype)                        # (B, H) 1. on valid turns
     Rk = discounted_returns(turn_reward, turn_mask, gamma)                        # (B, H) R_{i,k}, return-to-go
-    R = (turn_reward * turn_mask).sum(1)                                          # (B,) R_i, episode return
+    R = torch.mv(turn_reward * mf, turn_reward.new_ones(H))                       # (B,) R_i, episode return
     g, nG = dense_index(group)                                                    # (B,) episode group
     if episode == "trajectory":
         A_E = group_norm(R, g, nG, norm=norm, ddof=ddof, eps=eps)[:, None]        # (B, 1) A^E_i
@@ -158,7 +159,7 @@ def gigpo(turn_reward: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tenso
     A_S = group_norm(Rk.reshape(-1), s, n, norm=norm, ddof=ddof, eps=eps).view(B, H)   # invalid turns: masked below
     if omega != 1:
         A_S.mul_(omega)
-    return A_S.add_(A_E).mul_(turn_mask)                                          # Eq. (GiGPO), in place
+    return A_S.add_(A_E).mul_(mf)                                                 # Eq. (GiGPO), in place
 
 
 def similarity_keys(features: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *,

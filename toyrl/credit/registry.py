@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..batch import NonFiniteError, check_finite
+from ..batch import NonFiniteError, all_finite, check_finite
 from .needs import NEEDS, check_needs
 
 __all__ = ["Estimator", "ESTIMATORS", "register_estimator", "token_advantages", "need", "warn_group_size",
@@ -48,7 +48,7 @@ class Estimator:
         except NonFiniteError:
             batch.replace()                                                # re-validates every field
             raise
-        if isinstance(adv, torch.Tensor) and not bool(torch.isfinite(adv).all()):
+        if isinstance(adv, torch.Tensor) and not all_finite(adv):
             batch.replace()
             check_finite(f"estimator {self.name!r} returned an advantage that", adv)
         return adv

@@ -57,59 +57,77 @@ def _cfg(config: Any, key: str, default: Any) -> Any:
     return getattr(config, key, default)
 
 
-def _groups(index, device, B: int) -> tuple[torch.Tensor, int, torch.Tensor]:
-    """Segment ids (B,) in [0, S), the segment count S and the rows of each segment (S,) from verl's ``index``.
+def _labels(index, B: int) -> tuple[Any, int, int]:
+    """verl's ``index`` (B labels) as integers in [lo, lo + S) -> (ids, lo, S), ids a numpy array or a tensor.
 
-    Integer labels (numpy or torch) whose range is under 4B + 16 are used as they are when they start
-    at 0 or above (a numpy int64 array is shared, not copied), else as offsets from their minimum:
-    no sort and no hash; gaps in the range are empty segments, which no statistic reads. Other labels
-    of any hashable kind (verl: uuid strings) are numbered by ``pandas.factorize``, a hash table
-    (~0.2 ms for 8192 uid strings against ~2 ms for ``np.unique``); wider integer tensors by
-    ``torch.unique``. Example: [7, 9, 7] -> ([0, 2, 0], 3, [2, 0, 1]).
+    Integer labels (numpy or torch) whose range is under 4B + 16 stay as they are (shared, not
+    copied): no sort and no hash. Other labels of any hashable kind (verl: uuid strings) are numbered
+    by ``pandas.factorize``, a hash table (~0.2 ms for 8192 uid strings against ~2 ms for ``np.unique``),
+    in order of first appearance; wider integer tensors by ``torch.unique``. Example: [7, 9, 7] ->
+    ([7, 9, 7], 7, 3); ["b", "a", "b"] -> ([0, 1, 0], 0, 2).
     """
     if isinstance(index, torch.Tensor):
-        ids = index.reshape(-1).to(device)
+        ids = index.reshape(-1)
         exact = ids.numel() > 0 and not ids.is_floating_point() and ids.dtype != torch.bool
         lo, hi = torch.stack(ids.aminmax()).tolist() if exact else (0, 2**62)   # one sync
-        g, S = (ids.long() - lo, hi - lo + 1) if hi - lo < 4 * B + 16 else dense_index(ids)
+        if hi - lo >= 4 * B + 16:
+            ids, S = dense_index(ids)
+            lo, hi = 0, S - 1
     else:
-        arr = np.asarray(index).reshape(-1)
-        lo, hi = (int(arr.min()), int(arr.max())) if arr.dtype.kind in "iu" and arr.size else (0, 2**62)
-        if 0 <= lo and hi < 4 * B + 16:
-            g, S = torch.from_numpy(arr.astype(np.int64, copy=False)).to(device), hi + 1
-        elif hi - lo < 4 * B + 16:
-            g, S = torch.from_numpy((arr - arr.dtype.type(lo)).astype(np.int64)).to(device), hi - lo + 1
-        else:
-            codes, uniques = pd.factorize(arr)
-            if (codes < 0).any():                                         # a missing label (None / NaN)
+        ids = np.asarray(index).reshape(-1)
+        lo, hi = (int(ids.min()), int(ids.max())) if ids.dtype.kind in "iu" and ids.size else (0, 2**62)
+        if hi - lo >= 4 * B + 16:
+            ids, uniques = pd.factorize(ids)
+            if (ids < 0).any():                                           # a missing label (None / NaN)
                 raise ValueError("index holds a missing label (None or NaN)")
-            g, S = torch.from_numpy(codes.astype(np.int64, copy=False)).to(device), len(uniques)
-    if g.shape[0] != B:
-        raise ValueError(f"index: expected {B} labels (one per response), got {g.shape[0]}")
+            lo, hi = 0, len(uniques) - 1
+    if ids.shape[0] != B:
+        raise ValueError(f"index: expected {B} labels (one per response), got {ids.shape[0]}")
+    return ids, lo, hi - lo + 1
+
+
+def _groups(index, device, B: int, labels: Optional[tuple] = None) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """Segment ids (B,) in [0, S), the segment count S and the rows of each segment (S,) from verl's ``index``.
+
+    The labels of ``_labels`` (or ``labels``, its result) minus their smallest; gaps in their range
+    are empty segments, which no statistic reads. Example: [7, 9, 7] -> ([0, 2, 0], 3, [2, 0, 1]).
+    """
+    ids, lo, S = _labels(index, B) if labels is None else labels
+    if isinstance(ids, torch.Tensor):
+        g = ids.to(device).long() - lo if lo else ids.to(device).long()
+    else:                                                                 # numpy: shift in its own dtype (uint64)
+        g = torch.from_numpy((ids - ids.dtype.type(lo) if lo else ids).astype(np.int64, copy=False)).to(device)
     return g, S, segment_count(g, S, torch.long)
 
 
-def _blocks(g: torch.Tensor, S: int, n: torch.Tensor) -> int:
-    """G when the B rows are S groups of G consecutive rows in id order (verl's layout: one uid repeated
-    over its G rollouts), else 0: then a group's statistics are a row of an (S, G) view, no scatter.
-    Example: g [0, 0, 1, 1] -> 2; g [0, 1, 0, 1] -> 0."""
-    B = g.numel()
-    if S == 0 or B % S or not bool((n == B // S).all()):
+def _blocks(ids, lo: int, S: int) -> int:
+    """G when the B labels ``ids`` (``_labels``) run lo, lo + 1, ..., lo + S - 1, each over G consecutive
+    rows (verl's layout: one uid repeated over its G rollouts), else 0: then a group's statistics are
+    a row of an (S, G) view, with no counts and no scatter. Two passes over the labels (numpy or torch).
+    Example: [0, 0, 1, 1] -> 2; [0, 1, 0, 1] -> 0; [1, 1, 0, 0] -> 0.
+    """
+    B = ids.shape[0]
+    if S < 1 or B % S:
         return 0
-    G = B // S
-    rows = torch.arange(S, device=g.device)[:, None]                      # (S, 1)
-    return G if bool((g.view(S, G) == rows).all()) else 0
+    rows = ids.reshape(S, B // S)                                          # (S, G)
+    head = rows[:, 0]                                                      # (S,) each row's label
+    return B // S if bool((rows == head[:, None]).all()) and bool((head[1:] - head[:-1] == 1).all()) else 0
 
 
 def _block_norm(R: torch.Tensor, G: int, norm: str, ddof: int, eps: float) -> torch.Tensor:
-    """``group_norm`` of R (B,) over groups of G consecutive rows (``_blocks``), in float64 like it -> (B,).
-    Example: R [1., 0., 0., 0.], G 2, "mean" -> [0.5, -0.5, 0., 0.]."""
-    x = R.to(torch.float64).view(-1, G)                                    # (S, G)
-    centered = x - x.mean(1, keepdim=True)                                 # (S, G) equal values: exactly 0
-    if norm == "std":
-        std = (centered.square().sum(1, keepdim=True) / max(G - ddof, 1)).sqrt()   # (S, 1)
-        centered = centered / (std + eps) if eps > 0 else centered / torch.where(std > 0, std, 1.0)
-    return centered.view(-1).to(R.dtype)
+    """``group_norm`` of R (B,) over groups of G > ddof consecutive rows (``_blocks``), in float64 like it -> (B,).
+
+    Two-pass over the (S, G) view, in place on one float64 copy; a group of equal values has mean
+    exactly its value (the float64 sum of float32 values is exact), so it gets exactly 0.
+    Example: R [1., 0., 0., 0.], G 2, "mean" -> [0.5, -0.5, 0., 0.].
+    """
+    x = R.view(-1, G).to(torch.float64, copy=True)                         # (S, G) our own copy
+    x.sub_(x.mean(1, keepdim=True))                                        # centered
+    if norm == "mean":
+        return x.view(-1).to(R.dtype)
+    std = torch.linalg.vector_norm(x, dim=1, keepdim=True).mul_(1 / math.sqrt(max(G - ddof, 1)))   # (S, 1)
+    den = std.add_(eps) if eps > 0 else torch.where(std > 0, std, 1.0)
+    return torch.div(x, den, out=torch.empty_like(R).view(-1, G)).view(-1)   # written in R's dtype
 
 
 def _returns(token_level_rewards: torch.Tensor) -> torch.Tensor:
@@ -133,11 +151,12 @@ def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, ep
                                    norm_adv_by_std_in_grpo: bool = True, config=None):
     """GRPO as verl: (R - mean) / (std + eps) per ``index`` group, broadcast to tokens -> (adv, adv), (B, L)."""
     R = _returns(token_level_rewards)                                      # (B,)
-    g, S, n = _groups(index, R.device, R.shape[0])
-    norm, G = "std" if norm_adv_by_std_in_grpo else "mean", _blocks(g, S, n)
+    labels = _labels(index, R.shape[0])
+    norm, G = "std" if norm_adv_by_std_in_grpo else "mean", _blocks(*labels)
     if G > 1:                                                              # verl's layout: an (S, G) view
         adv = _tokens(_block_norm(R, G, norm, 1, epsilon), response_mask)
         return adv, adv
+    g, S, n = _groups(index, R.device, R.shape[0], labels)
     A = group_norm(R, g, S, norm=norm, ddof=1, eps=epsilon, count=n)
     if bool((n == 1).any()):                                               # verl: a singleton has mean 0, std 1
         A = torch.where((n > 1).index_select(0, g), A, R / (1 + epsilon) if norm_adv_by_std_in_grpo else R)
@@ -150,11 +169,12 @@ def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, ep
                                    config=None, **kwargs):
     """RLOO as verl: R - mean of the other rollouts (singleton: R) -> (adv, adv), (B, L)."""
     R = _returns(token_level_rewards)                                      # (B,)
-    g, S, n = _groups(index, R.device, R.shape[0])
-    G = _blocks(g, S, n)
+    labels = _labels(index, R.shape[0])
+    G = _blocks(*labels)
     if G > 1:                                                              # verl's layout: an (S, G) view
         adv = _tokens(_block_norm(R, G, "mean", 0, 0.0) * (G / (G - 1)), response_mask)
         return adv, adv
+    g, S, n = _groups(index, R.device, R.shape[0], labels)
     scale = (n / (n - 1).clamp(min=1)).to(R.dtype)                        # (S,) G/(G-1); singleton: 1
     A = group_norm(R, g, S, norm="mean", count=n) * scale.index_select(0, g)   # rloo(): G/(G-1) (R - mean_g R)
     if bool((n == 1).any()):                                               # verl: a singleton keeps A = R
