@@ -34,7 +34,8 @@ def test_shared_prefix_is_the_longest_shared_run(n_groups, G, prompt, seed):
     g = torch.Generator().manual_seed(seed)
     B, T = n_groups * G, prompt + 5
     heads = torch.randint(0, 3, (n_groups, T), generator=g)
-    tokens = torch.cat([heads.repeat_interleave(G, 0)[:, :prompt], torch.randint(0, 3, (B, T - prompt), generator=g)], 1)
+    tails = torch.randint(0, 3, (B, T - prompt), generator=g)
+    tokens = torch.cat([heads.repeat_interleave(G, 0)[:, :prompt], tails], 1)
     lens = torch.randint(1, T + 1, (B,), generator=g)
     mask = torch.arange(T)[None] < lens[:, None]                                  # right padding
     group = torch.arange(n_groups).repeat_interleave(G)[torch.randperm(B, generator=g)]
@@ -117,6 +118,20 @@ def test_toy_policy_ignores_groups():
         a = logprobs_by_length(pol, tokens, mask, allowed, group=group)
         b = logprobs_by_length(pol, tokens, mask, allowed)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_cache_rows_reorders_objects_and_legacy_tuples():
+    """Both cache layouts a model may return (a Cache object, or per-layer (key, value) tuples) give row copies."""
+    from transformers import DynamicCache
+    from toyrl.policies.hf import cache_rows
+    k, v = torch.arange(2.0)[:, None, None, None].expand(2, 1, 3, 2), torch.ones(2, 1, 3, 2)
+    rows = torch.tensor([0, 0, 1])
+    legacy = cache_rows(((k, v),), rows)
+    assert legacy[0][0][:, 0, 0, 0].tolist() == [0.0, 0.0, 1.0] and legacy[0][1].shape == (3, 1, 3, 2)
+    cache = DynamicCache()
+    cache.update(k.clone(), v.clone(), 0)
+    out = cache_rows(cache, rows)
+    assert out is cache and out.layers[0].keys[:, 0, 0, 0].tolist() == [0.0, 0.0, 1.0]
 
 
 def test_share_needs_the_cache(tmp_path):

@@ -139,9 +139,8 @@ class HFPolicy(torch.nn.Module):
             return self._decoder(tokens, attn_mask, pos, use_cache=False).last_hidden_state.float()
         rep, inv, k = share
         first = self._decoder(tokens[rep, :k], attn_mask[rep, :k], pos[rep, :k], use_cache=True)  # (n, k, d)
-        first.past_key_values.reorder_cache(inv)                                      # (B, ...) a copy per row
-        tail = self._decoder(tokens[:, k:], attn_mask, pos[:, k:], use_cache=True,
-                             past_key_values=first.past_key_values)                  # (B, T - k, d)
+        tail = self._decoder(tokens[:, k:], attn_mask, pos[:, k:], use_cache=True,   # (B, T - k, d) on a copy
+                             past_key_values=cache_rows(first.past_key_values, inv))  # of the cache per row
         return torch.cat([first.last_hidden_state[inv], tail.last_hidden_state], 1).float()
 
     def shares_prefix(self) -> bool:
@@ -179,8 +178,7 @@ class HFPolicy(torch.nn.Module):
                 rep = torch.full((len(uniq),), B, device=dev).scatter_reduce(0, inv, torch.arange(B, device=dev),
                                                                              "amin")   # (n,) first row of each
                 cache, attn, n_real, logits = self._prefill(context[rep], mask[rep], None, width)
-                cache.reorder_cache(inv)
-                return cache, attn[inv], n_real[inv], logits[inv]
+                return cache_rows(cache, inv), attn[inv], n_real[inv], logits[inv]
         n0 = torch.zeros(B, dtype=torch.long, device=dev) if past is None else past.n_real
         attn = torch.cat([mask if past is None else torch.cat([past.attn, mask], 1),
                           mask.new_zeros(B, width)], 1)                              # (B, S + width) bool
@@ -247,6 +245,17 @@ class HFPolicy(torch.nn.Module):
             logits = torch.where(live[:, None], self._head(out.last_hidden_state[:, -1]), logits)
         return buf.generation(HFPast(cache, attn[:, :S0 + t], pos, logits, buf.tokens[:, t:t + 1],
                                      buf.mask[:, t:t + 1]))
+
+
+def cache_rows(cache, rows: Tensor):
+    """A model's KV cache with its batch rows taken in ``rows`` order (B,), e.g. [0, 0, 1, 1]: each row a copy of
+    its group's prompt. A ``Cache`` object (transformers >= 4.36) is reordered in place (``reorder_cache``, an
+    ``index_select`` per layer, so gradients flow back to the rows it copies); a legacy tuple of per-layer
+    (key, value) tensors is rebuilt."""
+    if hasattr(cache, "reorder_cache"):
+        cache.reorder_cache(rows)
+        return cache
+    return tuple(tuple(t.index_select(0, rows) for t in layer) for layer in cache)
 
 
 def logit_transform(config, logits: Tensor) -> Tensor:

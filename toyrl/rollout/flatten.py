@@ -225,7 +225,8 @@ def logprobs_by_length(policy, tokens: torch.Tensor, attn: torch.Tensor, allowed
     Buckets buy >= 2x where episodes differ in length: GridWorld 4x4 at 32 reasoning tokens (B 64, T 436,
     mean length 176, 1 thread) forward 0.10 -> 0.04 s, forward + backward 0.28 -> 0.07 s. The shared prefix
     buys it where the prompt is most of the row: SmolLM2's hidden states, 2 prompts of 77 tokens x 4 replies of
-    24, forward + backward 5.6-6.8 -> 1.5-1.7 s (2 threads, load about 1). Rows must be right-padded (real tokens first).
+    24, forward + backward 5.6-6.8 -> 1.5-1.7 s (2 threads, load about 1). Rows must be right-padded (real tokens
+    first).
     """
     B, T = tokens.shape
     pos = torch.arange(1, T + 1, device=tokens.device)
