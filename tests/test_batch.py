@@ -267,3 +267,9 @@ def test_all_finite_equals_isfinite_all(values, dtype):
     from toyrl.batch import all_finite
     x = torch.tensor(values, dtype=torch.float64).to(dtype)
     assert all_finite(x) == bool(torch.isfinite(x).all())
+
+
+def test_first_index_by_hand():
+    from toyrl.segments import first_index
+    assert first_index(torch.tensor([1, 0, 1, 0]), 2).tolist() == [1, 0]
+    assert first_index(torch.tensor([2, 2], dtype=torch.int32), 3).tolist() == [2, 2, 0]   # empty segments: N

@@ -161,6 +161,8 @@ def test_adamw_fuses_where_it_can():
     assert adamw([w], 1e-3, fused=True).defaults["fused"] is True
     assert not adamw([w], 1e-3).defaults["fused"] and adamw([w], 1e-3).defaults["weight_decay"] == 0.0
     assert not Trainer(TrainConfig(env="bandit_chain", steps=1)).opt.defaults["fused"]
+    from toyrl.train.defaults import fused_adamw
+    assert fused_adamw(TrainConfig(policy="smollm2")) and not fused_adamw(TrainConfig(policy="tiny"))
 
 
 def test_step_and_measure_falls_back_to_a_snapshot():

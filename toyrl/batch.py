@@ -62,7 +62,8 @@ def check_finite(name: str, x: torch.Tensor, mask: Optional[torch.Tensor] = None
     """ValueError naming ``name`` and the first position (row-major) where ``x`` is NaN or +-inf, on ``mask`` if given.
 
     ``log_prob=True`` lets -inf through (a token the policy can never pick); NaN and +inf still raise.
-    One ``isfinite`` and one ``any`` when nothing is wrong. Example: check_finite("r", [[0., nan]]) ->
+    One sum when nothing is wrong (``all_finite``; with a mask or ``log_prob``, one ``isfinite`` and one ``any``).
+    Example: check_finite("r", [[0., nan]]) ->
     ValueError("r has a non-finite value nan at (0, 1)").
     """
     if mask is None and not log_prob and all_finite(x):                       # the common case: one sum
@@ -306,8 +307,8 @@ def discounted_returns(reward_BH: torch.Tensor, mask_BH: torch.Tensor, gamma: fl
     mf = reward_BH.new_empty(n, H, c).copy_(m)                                # (n, H, c) 1 on valid turns
     r = reward_BH.reshape(n, c, H).transpose(1, 2)                            # (n, H, c) view
     x = torch.mul(r, mf, out=torch.empty_like(mf))                            # (n, H, c) reward of valid turns
-    if not math.isfinite(float(x.sum())):                                     # inf * 0 on an invalid turn, or an
-        x = torch.where(m.bool(), r, 0.0)                                     # overflow: ignore invalid rewards
+    if not all_finite(x):                                                     # inf * 0 on an invalid turn:
+        x = torch.where(m.bool(), r, 0.0)                                     # ignore invalid rewards
     g = (1 - mf).add_(mf, alpha=gamma)                                        # (n, H, c) gamma, or 1: carry R on
     acc = reward_BH.new_empty(n, H + 1, c)                                    # (n, H + 1, c) R_k; R_H = 0
     a, xs, gs = acc.unbind(1), x.unbind(1), g.unbind(1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 __all__ = ["dense_index", "pair_index", "anchor_index", "segment_sum", "segment_count", "segment_mean",
-           "segment_std", "segment_max", "segment_min"]
+           "segment_std", "segment_max", "segment_min", "first_index"]
 
 
 def dense_index(ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -106,3 +106,11 @@ def segment_min(x: torch.Tensor, idx: torch.Tensor, S: int) -> torch.Tensor:
     """Min of x over each segment -> (S,); an empty segment gives +inf."""
     out = torch.full((S,), float("inf"), dtype=x.dtype, device=x.device)
     return out.scatter_reduce(0, idx, x, reduce="amin", include_self=True)
+
+
+def first_index(idx: torch.Tensor, S: int) -> torch.Tensor:
+    """The first (lowest) position of each segment -> (S,) long; an empty segment gives N = len(idx).
+    Example: idx [1, 0, 1, 0] -> [1, 0]."""
+    N = idx.shape[0]
+    out = torch.full((S,), N, dtype=torch.long, device=idx.device)
+    return out.scatter_reduce(0, idx.long(), torch.arange(N, device=idx.device), reduce="amin")

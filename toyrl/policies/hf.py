@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ..codecs.text import TextCodec
+from ..segments import first_index
 from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens, stop_table
 from .hf_chat import (HFTokenizer, chat_template_strings, model_token_ids, special_ids, system_head,  # noqa: F401
                       tokenizer_token_ids)
@@ -175,8 +176,7 @@ class HFPolicy(torch.nn.Module):
         if past is None:                                                             # rows of one prompt: run once
             uniq, inv = torch.unique(context.masked_fill(~mask, -1), dim=0, return_inverse=True)
             if len(uniq) < B:
-                rep = torch.full((len(uniq),), B, device=dev).scatter_reduce(0, inv, torch.arange(B, device=dev),
-                                                                             "amin")   # (n,) first row of each
+                rep = first_index(inv, len(uniq))                                    # (n,) first row of each
                 cache, attn, n_real, logits = self._prefill(context[rep], mask[rep], None, width)
                 return cache_rows(cache, inv), attn[inv], n_real[inv], logits[inv]
         n0 = torch.zeros(B, dtype=torch.long, device=dev) if past is None else past.n_real

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..batch import TurnBatch
+from ..segments import first_index
 
 __all__ = ["TurnContext", "Rollout", "left_pad", "to_rollout", "recompute_logp", "logprobs_by_length",
            "shared_prefix"]
@@ -204,8 +205,7 @@ def shared_prefix(tokens: torch.Tensor, attn: torch.Tensor,
     n = int(inv.max()) + 1 if B else 0
     if n == B:
         return None
-    rep = torch.full((n,), B, device=tokens.device).scatter_reduce(0, inv, torch.arange(B, device=tokens.device),
-                                                                   "amin")   # (n,) first row of each group
+    rep = first_index(inv, n)                                                   # (n,) first row of each group
     same = (tokens == tokens[rep[inv]]) & attn & attn[rep[inv]]                 # (B, T)
     lcp = same.long().cumprod(1).sum(1)                                         # (B,) shared leading positions
     k = min(int(lcp.min()), int(attn.sum(1).min()) - 1)
@@ -231,19 +231,18 @@ def logprobs_by_length(policy, tokens: torch.Tensor, attn: torch.Tensor, allowed
     B, T = tokens.shape
     pos = torch.arange(1, T + 1, device=tokens.device)
     ends = torch.where(attn, pos, 0).amax(1)                                   # (B,) one past the last real token
+    order, bucketed = torch.argsort(ends), buckets > 1 and B >= 2 * buckets
     share = shared_prefix(tokens, attn, group) if group is not None and _shares(policy) else None
     if share is not None:
         Tm, (_, _, k) = int(ends.max()), share
-        bucket_cost = (B * T if buckets <= 1 or B < 2 * buckets
-                       else sum(len(r) * int(ends[r].max()) for r in torch.argsort(ends).chunk(buckets)))
+        bucket_cost = sum(len(r) * int(ends[r].max()) for r in order.chunk(buckets)) if bucketed else B * T
         if len(share[0]) * k + B * (Tm - k) < bucket_cost:
             lp, en = policy.logprobs(tokens[:, :Tm], attn[:, :Tm], temperature=temperature, share=share,
                                      allowed=None if allowed is None else allowed[:, :Tm],
                                      score=None if score is None else score[:, :Tm])
             return torch.nn.functional.pad(lp, (0, T - Tm)), torch.nn.functional.pad(en, (0, T - Tm))
-    if buckets <= 1 or B < 2 * buckets:
+    if not bucketed:
         return policy.logprobs(tokens, attn, allowed=allowed, temperature=temperature, score=score)
-    order = torch.argsort(ends)
     parts = []
     for rows in order.chunk(buckets):
         Tm = max(int(ends[rows].max()), 1)

@@ -25,7 +25,7 @@ from ..objectives.rollout_correction import correction_stats, rollout_correction
 from ..policies.scripted import ScriptedPolicy, replay_chooser
 from ..rollout.engine import Rollout, recompute_logp, rollout
 from .bc import bc_loss
-from .defaults import policy_kind
+from .defaults import fused_adamw
 from .optim import adamw
 
 __all__ = ["Prepared", "Providers"]
@@ -126,7 +126,7 @@ class Providers:
                 demos = load_demos(cfg.env)
             except FileNotFoundError:
                 demos = None
-        opt = adamw(self.policy.parameters(), cfg.bc_lr, fused=policy_kind(cfg) != "scratch")
+        opt = adamw(self.policy.parameters(), cfg.bc_lr, fused=fused_adamw(cfg))
         s = replace(self.sampling, temperature=1.0, tti=None, t2po_eta=0.0, generator=None)    # the expert's turns
         memo = expert_memo if cfg.bc_reasoning else None                 # what the expert writes as reasoning
         for _ in range(steps):

@@ -50,7 +50,7 @@ from ..diagnostics import pool_loss_stats, stability_report
 from ..envs import make_core
 from ..objectives import policy_loss
 from .build import build_policy, policy_kwargs
-from .defaults import policy_kind, resolve_defaults
+from .defaults import fused_adamw, resolve_defaults
 from .limits import check_context
 from ..rollout.engine import Rollout, Sampling, recompute_logp, rollout
 from ..rollout.engines import make_engine, sync_engine
@@ -91,7 +91,7 @@ class Trainer(Providers):
         self.cfg = cfg = resolve_defaults(cfg, self.policy)      # None: the policy's own context and learning rates
         check_context(self.policy, self.codec, self.core, cfg)  # ValueError if an episode can outgrow its positions
         self.sampling = _sampling(cfg, self.gen)
-        self.opt = adamw(self.policy.parameters(), cfg.lr, fused=policy_kind(cfg) != "scratch")   # hf: one kernel
+        self.opt = adamw(self.policy.parameters(), cfg.lr, fused=fused_adamw(cfg))
         self.ref = None
         self.version = 0                                         # optimizer updates taken so far
         strength = engine_strength(cfg)                          # the engine mode's parameter, typed (None: none)

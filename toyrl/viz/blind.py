@@ -26,8 +26,8 @@ from ..lab.claims.spec import early, final
 from .plots import mark_steps
 from .style import figsize, font_size, subplots
 
-__all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "BLOCKS", "series_path", "record", "reasoning_check", "momentum_trap",
-           "claim_table", "collapsed_seeds", "plot_claim_run"]
+__all__ = ["CLAIM", "SERIES_PATH", "FIXES", "FORGOT_AT", "BLOCKS", "series_path", "record", "reasoning_check",
+           "momentum_trap", "claim_table", "collapsed_seeds", "plot_claim_run"]
 
 CLAIM = "blind_echo"
 """the ledger claim whose stored runs the notebook reads first"""
