@@ -7,7 +7,8 @@ import torch
 
 from toyrl.codecs.toy import ToyCodec
 from toyrl.policies import ToyTransformerConfig, make_policy, masked_log_softmax
-from toyrl.policies.base import Decode, allowed_at, stop_table
+from toyrl.policies.base import allowed_at
+from toyrl.policies.decode import Decode, stop_table
 from toyrl.policies.toy import KVCache
 
 V, N = 30, 12

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from toyrl.policies import ToyTransformerConfig, make_policy, masked_log_softmax
-from toyrl.policies.base import Decode, sample_step
+from toyrl.policies.decode import Decode, sample_step
 from toyrl.rollout import ENGINES, make_engine, sync_engine
 from toyrl.rollout.engines import (check_engine, make_warp, noise_warp, quantize_weights, round_logp, round_weights,
                                    topk_warp, topp_warp, weight_transform)

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 __all__ = ["Generation", "TokenPolicy", "positions_from_mask", "prev_valid_index", "masked_log_softmax",
-           "allowed_at", "Decode", "sample_step", "stop_table", "score_tokens", "LOGIT_BUDGET"]
+           "allowed_at", "score_tokens", "LOGIT_BUDGET"]
 
 
 @dataclass
@@ -103,133 +103,9 @@ class TokenPolicy(Protocol):
         ...
 
 
-@dataclass
-class Decode:
-    """The buffers of a decode loop: up to N new tokens for each of B rows, filled one step at a time
-    by ``sample_step`` (shared by every policy's ``generate``). During the loop a column holds what was
-    drawn for every row, live or not; ``generation()`` writes ``pad_id`` / 0 where ``mask`` is False,
-    once, at the end."""
-    tokens: Tensor
-    """(B, N) long; ``pad_id`` after a row stopped (once ``generation()`` ran)"""
-    logp: Tensor
-    """(B, N) float"""
-    entropy: Tensor
-    """(B, N) float"""
-    mask: Tensor
-    """(B, N) bool: real generated tokens"""
-    done: Tensor
-    """(B,) bool: the row has emitted a stop token"""
-    pad_id: int = 0
-    """id written where ``mask`` is False"""
-    steps: Optional[list] = None
-    """None: ``sample_step`` writes each step into the tensors' column t; a list: it appends the step's
-    (tokens, logp, entropy, live) (B,) each there instead, and ``flush()`` writes them all at once"""
-
-    @classmethod
-    def empty(cls, B: int, N: int, pad_id: int, device, dtype=torch.float32, keep_steps: bool = False) -> "Decode":
-        return cls(torch.full((B, N), pad_id, dtype=torch.long, device=device),          # (B, N)
-                   torch.zeros(B, N, dtype=dtype, device=device), torch.zeros(B, N, dtype=dtype, device=device),
-                   torch.zeros(B, N, dtype=torch.bool, device=device), torch.zeros(B, dtype=torch.bool, device=device),
-                   pad_id, [] if keep_steps else None)
-
-    def flush(self) -> "Decode":
-        """Write the steps kept in ``steps`` into columns 0.. of the tensors (one copy per buffer)."""
-        if self.steps:
-            for buf, cols in zip((self.tokens, self.logp, self.entropy, self.mask), zip(*self.steps)):
-                buf[:, :len(cols)] = torch.stack(cols, 1)                     # (B, k)
-            self.steps = []
-        return self
-
-    def generation(self, past=None) -> Generation:
-        """The finished buffers: ``pad_id``, logp 0 and entropy 0 wherever ``mask`` is False."""
-        off = ~self.flush().mask                                                      # (B, N)
-        self.tokens.masked_fill_(off, self.pad_id)
-        self.logp.masked_fill_(off, 0.0)
-        self.entropy.masked_fill_(off, 0.0)
-        return Generation(tokens=self.tokens, logp=self.logp, entropy=self.entropy, mask=self.mask, past=past)
-
-
-def stop_table(stops: Tensor, V: int) -> Tensor:
-    """(V,) bool: True at the stop ids (ids outside [0, V) can never be drawn and are dropped), so a
-    decode step tests its tokens with one lookup instead of ``torch.isin``. Example: [2, 7], V 4 ->
-    [F, F, T, F]."""
-    table = torch.zeros(V, dtype=torch.bool, device=stops.device)
-    table[stops[(stops >= 0) & (stops < V)]] = True
-    return table
-
-
-def sample_step(buf: Decode, t: int, logits: Tensor, temperature: float, pad_id: int, *, allowed=None,
-                constraint=None, greedy: bool = False, generator=None, stops: Optional[Tensor] = None,
-                warp=None) -> Tensor:
-    """Draw token t of every row from softmax(logits / temperature) restricted to the step's allowed
-    set (``constraint.allowed()`` if given, else ``allowed``), write it into ``buf``, tell the
-    constraint, and mark rows that emitted a stop token done. Returns the (B,) rows that were live.
-
-    On CPU the draw is ``torch.multinomial``'s own single-sample rule written out, so it is the same
-    token for the same ``generator``, bit for bit (tests/test_decode_fast.py), at a third of the cost:
-
-        q_v = -log1p(-u_v) = Exp(1) draws,  u ~ U[0, 1) (B, V) float64,   tok = argmax_v p_v / q_v
-
-    (the numbers ``Tensor.exponential_`` makes from the same uniforms), without multinomial's input
-    checks (p comes from a log-softmax: finite, >= 0); other devices call ``torch.multinomial``. ``stops``: stop ids (1-D
-    long), or their (V,) bool ``stop_table``. A constraint with ``blocked()`` (the complement of
-    ``allowed()``, never a whole row) saves rebuilding it every step.
-
-    ``warp``: None, or a callable ``(logp_all (B, V), generator) -> logp_all' (B, V)`` applied after
-    temperature and masking and before the draw: a rollout engine that samples differently from
-    the trainer (``toyrl.rollout.engines``). The token is drawn (or, for ``greedy``, argmax-ed) from
-    the warped distribution, and the logp and entropy written into ``buf`` are the warped ones, i.e.
-    what the engine sampled with. It must return normalized log-probs, -inf where a token is out.
-    With ``warp=None`` nothing changes."""
-    if constraint is not None and hasattr(constraint, "blocked"):
-        logp_all, p, ent = _step_dist(logits, constraint.blocked(), temperature)        # (B, V), (B, V), (B,)
-    else:
-        step_allowed = constraint.allowed() if constraint is not None else allowed_at(allowed, t)
-        blocked = None if step_allowed is None else ~_nonempty(step_allowed.to(device=logits.device,
-                                                                               dtype=torch.bool))
-        logp_all, p, ent = _step_dist(logits, blocked, temperature)
-    if warp is not None:
-        logp_all = warp(logp_all, generator)                                  # (B, V) what the engine samples
-        p = logp_all.exp()
-        ent = -(p * logp_all.masked_fill(torch.isinf(logp_all), 0.0)).sum(-1)   # (B,)
-    if greedy:
-        tok = logp_all.argmax(-1)                                             # (B,)
-    elif p.device.type == "cpu" and p.dtype in (torch.float32, torch.float64):
-        u = torch.empty(p.shape, dtype=torch.float64).uniform_(generator=generator)     # (B, V)
-        q = torch.log1p(u.neg_()).neg_().to(p.dtype)                          # exponential_'s own numbers
-        tok = torch.div(p, q, out=q).argmax(-1)                               # (B,)
-    else:
-        tok = torch.multinomial(p, 1, generator=generator).squeeze(1)
-    live, lp = ~buf.done, logp_all.gather(1, tok.unsqueeze(1)).squeeze(1)    # (B,), (B,)
-    if buf.steps is not None:                                                 # step t is the list's t-th entry
-        buf.steps.append((tok, lp, ent, live))
-    else:
-        for col, val in zip((buf.tokens, buf.logp, buf.entropy, buf.mask), (tok, lp, ent, live)):
-            col.select(1, t).copy_(val)
-    if constraint is not None:
-        constraint.advance(tok, logp_all, live)
-    if stops is not None:                                                     # done | (live & stop) = done | stop
-        hit = stops[tok] if stops.dtype == torch.bool else torch.isin(tok, stops)
-        buf.done = buf.done | hit
-    return live
-
-
 def _nonempty(allowed: Tensor) -> Tensor:
     """``allowed`` with every all-False row made all-True (a position allowing nothing is unrestricted)."""
     return allowed | ~allowed.any(-1, keepdim=True)
-
-
-def _step_dist(logits: Tensor, blocked: Optional[Tensor], temperature: float) -> Tuple[Tensor, Tensor, Tensor]:
-    """(logp (B, V), p = exp(logp), entropy (B,)) of one decode step: ``masked_log_softmax``'s numbers,
-    bit for bit, from the disallowed set ``blocked`` (B, V) or (V,), with the exp computed once."""
-    z = logits / temperature if temperature != 1.0 else logits
-    if blocked is None:
-        logp = torch.log_softmax(z, dim=-1)
-        p = logp.exp()
-        return logp, p, -(p * logp).sum(-1)
-    logp = torch.log_softmax(z.masked_fill(blocked, float("-inf")), dim=-1)
-    p = logp.exp()
-    return logp, p, -(p * logp.masked_fill(blocked, 0.0)).sum(-1)
 
 
 def positions_from_mask(mask: Tensor) -> Tensor:

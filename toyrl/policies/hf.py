@@ -35,7 +35,8 @@ from torch import Tensor
 
 from ..codecs.text import TextCodec
 from ..segments import first_index
-from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens, stop_table
+from .base import Generation, positions_from_mask, score_tokens
+from .decode import Decode, sample_step, stop_table
 from .hf_chat import (HFTokenizer, chat_template_strings, model_token_ids, special_ids, system_head,  # noqa: F401
                       tokenizer_token_ids)
 from .hf_load import DECODE_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD, compact_heap, load_model

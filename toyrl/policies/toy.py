@@ -11,7 +11,7 @@ changes for padded multi-turn rollouts (see ``base.py`` for the contract):
   query that has no real key before it (left padding) attends to itself instead of producing NaN.
 
 ``generate`` prefills the context once into a preallocated KV cache and then feeds one token at a
-time through ``_decode``: the full pass's kernels called directly (no module calls, an additive float
+time through ``_direct``: the full pass's kernels called directly (no module calls, an additive float
 mask built once per call), so its numbers are the full pass's bit for bit. Sized for 2 CPU cores: the
 "small" preset (2 layers, d 48) rolls out 64 episodes x 5 turns x 4 tokens and recomputes +
 backpropagates them in a few tens of milliseconds.
@@ -27,7 +27,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Decode, Generation, positions_from_mask, sample_step, score_tokens, stop_table
+from .base import Generation, positions_from_mask, score_tokens
+from .decode import Decode, sample_step, stop_table
+from .toy_cache import KVCache, ToyPast
 
 __all__ = ["ToyTransformerConfig", "ToyTransformer", "ToyPast", "PRESETS"]
 
@@ -62,58 +64,6 @@ PRESETS = {
     "small": dict(d_model=48, n_layer=2, n_head=2),   # the default
     "base": dict(d_model=64, n_layer=2, n_head=4),    # a bit more capacity, still fast on 2 cores
 }
-
-
-class KVCache:
-    """Preallocated keys and values of one attention layer, (B, nh, S, hs) each, filled up to ``n``;
-    optionally starting from a prefix (k, v) (B, nh, n0, hs) of an earlier call, copied, never mutated."""
-
-    def __init__(self, size: int, k: Optional[Tensor] = None, v: Optional[Tensor] = None):
-        self.size, self.n = size, 0
-        self.prefix = (k, v) if k is not None else None
-        self.k: Optional[Tensor] = None
-        self.v: Optional[Tensor] = None
-
-    def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
-        """Write k, v (B, nh, T, hs) at slots [n, n + T) and return all filled slots."""
-        if self.k is None:
-            B, nh, _, hs = k.shape
-            self.k = k.new_empty(B, nh, self.size, hs)   # (B, nh, S, hs)
-            self.v = v.new_empty(B, nh, self.size, hs)
-            if self.prefix is not None:
-                self.n = self.prefix[0].size(2)
-                self.k[:, :, :self.n], self.v[:, :, :self.n] = self.prefix
-                self.prefix = None
-        T = k.size(2)
-        self.k.narrow(2, self.n, T).copy_(k)
-        self.v.narrow(2, self.n, T).copy_(v)
-        self.n += T
-        return self.k.narrow(2, 0, self.n), self.v.narrow(2, 0, self.n)
-
-
-@dataclass
-class ToyPast:
-    """Where a ``generate`` call left off (``Generation.past``), so the next turn reads only new tokens."""
-    k: List[Tensor]
-    """per layer, keys (B, nh, n, hs) of every token fed so far"""
-    v: List[Tensor]
-    """per layer, values (B, nh, n, hs)"""
-    key_valid: Tensor
-    """(B, n) bool: which of those n slots are real tokens"""
-    n_real: Tensor
-    """(B,) long: real tokens fed so far (the next real token's position)"""
-    logits: Tensor
-    """(B, V): next-token logits after each row's last real fed token"""
-    pending: Tensor
-    """(B, 1) long: the last generated token, sampled but not yet fed"""
-    pending_mask: Tensor
-    """(B, 1) bool: whether ``pending`` is real"""
-
-    def select(self, rows: Tensor) -> "ToyPast":
-        """The state of a subset (or reordering) of rows, e.g. of the episodes still running."""
-        return ToyPast(k=[k[rows] for k in self.k], v=[v[rows] for v in self.v], key_valid=self.key_valid[rows],
-                       n_real=self.n_real[rows], logits=self.logits[rows], pending=self.pending[rows],
-                       pending_mask=self.pending_mask[rows])
 
 
 class CausalSelfAttention(nn.Module):
@@ -208,31 +158,34 @@ class ToyTransformer(nn.Module):
             x = block(x, attn_mask, None if caches is None else caches[i])
         return self.ln_f(x)
 
-    def _decode_weights(self) -> tuple:
-        """What ``_decode`` reads, looked up once per ``generate`` (a module attribute costs more than a small op)."""
+    def _weights(self) -> tuple:
+        """What ``_direct`` reads, looked up once per ``generate`` (a module attribute costs more than a small op)."""
         def ln(m): return m.normalized_shape, m.weight, m.bias, m.eps                 # noqa: E704
         return self.wte.weight, ln(self.ln_f), [
             (ln(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.n_head, b.attn.c_proj.weight, b.attn.c_proj.bias,
              ln(b.ln_2), b.mlp[0].weight, b.mlp[0].bias, b.mlp[1].approximate, b.mlp[2].weight, b.mlp[2].bias) for b in self.h]
 
-    def _decode(self, tokens: Tensor, pe: Tensor, bias: Tensor, caches: List[KVCache], weights: tuple) -> Tensor:
-        """``_trunk`` for one new token per row, bit for bit (its kernels, called directly), without dropout:
-        tokens (B,); pe (B, C) their position embeddings; bias (B, 1, 1, S) float, 0 = may attend, -inf =
-        not (what a boolean mask becomes in attention); ``weights`` = ``_decode_weights()`` -> (B, C)."""
+    def _direct(self, tokens: Tensor, pe: Tensor, mask: Tensor, caches: List[KVCache], weights: tuple) -> Tensor:
+        """``_trunk`` with its kernels called directly (no module calls), bit for bit, without dropout: tokens
+        (B, T), pe (B, T, C) their position embeddings, mask (B, 1, T, S) -> (B, T, C); or, for one new token
+        per row (a decode step), tokens (B,), pe (B, C), mask (B, 1, 1, S) -> (B, C). ``mask``: bool, or float
+        0 = may attend, -inf = not (what a bool mask becomes in attention); ``weights`` = ``_weights()``."""
         wte, ln_f, blocks = weights
-        x = F.embedding(tokens, wte) + pe                                           # (B, C)
-        B, C = x.shape
+        x = torch.embedding(wte, tokens) + pe                                       # (B, T, C) or (B, C)
+        B, C = x.shape[0], x.shape[-1]
         for (ln1, w_qkv, b_qkv, nh, w_o, b_o, ln2, w_fc, b_fc, approx, w_pr, b_pr), cache in zip(blocks, caches):
-            q, k, v = F.linear(F.layer_norm(x, *ln1), w_qkv, b_qkv).view(B, 3, nh, 1, C // nh).unbind(1)
+            qkv = F.linear(torch.layer_norm(x, *ln1), w_qkv, b_qkv)                   # (B, T, 3C)
+            q, k, v = qkv.view(B, -1, 3, nh, C // nh).permute(2, 0, 3, 1, 4)         # (B, nh, T, hs) each
             k, v = cache.append(k, v)                                               # (B, nh, S, hs)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)             # (B, nh, 1, hs)
-            x = x + F.linear(y.reshape(B, C), w_o, b_o)
-            x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, *ln2), w_fc, b_fc), approximate=approx), w_pr, b_pr)
-        return F.layer_norm(x, *ln_f)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)             # (B, nh, T, hs)
+            x = x + F.linear(y.transpose(1, 2).reshape(x.shape), w_o, b_o)
+            x = x + F.linear(F.gelu(F.linear(torch.layer_norm(x, *ln2), w_fc, b_fc), approximate=approx), w_pr, b_pr)
+        return torch.layer_norm(x, *ln_f)
 
     def _prefill(self, tokens: Tensor, mask: Tensor, caches: Optional[List[KVCache]] = None,
-                 past: Optional[ToyPast] = None) -> Tensor:
-        """Hidden states (B, T, C) of a chunk of tokens, after the tokens of ``past`` if given."""
+                 past: Optional[ToyPast] = None, weights: Optional[tuple] = None) -> Tensor:
+        """Hidden states (B, T, C) of a chunk of tokens, after the tokens of ``past`` if given (through
+        ``_direct`` when given its ``weights``)."""
         mask = mask.to(torch.bool)
         B, T = tokens.shape
         tokens = tokens.masked_fill(~mask, self.pad_id)                    # padding ids are arbitrary
@@ -243,6 +196,8 @@ class ToyTransformer(nn.Module):
         if past is not None:
             pos = pos + past.n_real[:, None]
             attn = torch.cat([past.key_valid[:, None, :].expand(B, T, -1), attn], 2)    # (B, T, n + T)
+        if weights is not None:
+            return self._direct(tokens, self.wpe(pos), attn[:, None], caches, weights)
         return self._trunk(tokens, pos, attn[:, None], caches)
 
     def hidden(self, tokens: Tensor, attn_mask: Tensor) -> Tensor:
@@ -302,7 +257,7 @@ class ToyTransformer(nn.Module):
         ``stop_token`` is an id, a sequence of ids or a 1-D tensor of ids: a row stops after any of them.
 
         The context is prefilled once into per-layer KV caches of L + max_new slots; each new token is then
-        one length-1 pass (``_decode``; ``_trunk`` if a subclass overrides it or dropout is on in train mode).
+        one length-1 pass (``_direct``; ``_trunk`` if a subclass overrides it or dropout is on in train mode).
         A step's logp/entropy are of softmax(logits / temperature) restricted to ``allowed`` (also for
         ``greedy``, which takes its argmax). With ``past`` (the previous turn's ``Generation.past``) only
         the new context tokens are run through the model.
@@ -316,9 +271,12 @@ class ToyTransformer(nn.Module):
         S0 = n0 + L                                                        # slot of the first new token
         caches = [KVCache(S0 + max_new, *(() if past is None else (past.k[i], past.v[i])))
                   for i in range(len(self.h))]
-        h = self._prefill(context, context_mask, caches, past)            # (B, L, C)
+        lean = type(self)._trunk is ToyTransformer._trunk and not (self.training and self.config.dropout > 0)
+        weights = self._weights() if lean else None
+        h = self._prefill(context, context_mask, caches, past, weights)   # (B, L, C)
         last = torch.where(context_mask, torch.arange(L, device=dev), -1).amax(1)   # (B,) last real position
-        logits = self.lm_head(h[torch.arange(B, device=dev), last.clamp(min=0)])          # (B, V)
+        W = self.lm_head.weight                                            # (V, C)
+        logits = F.linear(h[torch.arange(B, device=dev), last.clamp(min=0)], W)          # (B, V)
         if past is not None:                                               # rows with no new real token
             logits = torch.where((last >= 0)[:, None], logits, past.logits)
         # new slots count as real while decoding (a live row's new tokens are; a stopped row's output is unused)
@@ -326,25 +284,29 @@ class ToyTransformer(nn.Module):
                                context_mask, context_mask.new_ones(B, max_new)], 1)       # (B, S)
         stops = None if stop_token is None else stop_table(torch.as_tensor(stop_token, device=dev).reshape(-1),
                                                            logits.shape[-1])             # (V,) bool
-        lean = type(self)._trunk is ToyTransformer._trunk and not (self.training and self.config.dropout > 0)
         mask = key_valid[:, None, None]                                    # (B, 1, 1, S) bool, or additive 0 / -inf
         mask = torch.zeros(mask.shape, dtype=h.dtype, device=dev).masked_fill_(~mask, float("-inf")) if lean else mask
         pos = (n_ctx + torch.arange(max_new, device=dev)[:, None]).clamp(max=self.config.max_len - 1)   # (N, B)
-        pe, weights = (self.wpe(pos), self._decode_weights()) if lean else (None, None)  # (N, B, C) position emb.
+        pe = self.wpe(pos) if lean else None                               # (N, B, C) position embeddings
         buf = Decode.empty(B, max_new, self.pad_id, dev, logits.dtype, keep_steps=True)    # (B, N), written at the end
+        seen, pad, warp = [logits], self.pad_id, self.logit_warp  # seen[j]: the logits after j fed tokens
         for t in range(max_new):
-            live = sample_step(buf, t, logits, temperature, self.pad_id, allowed=allowed, constraint=constraint,
-                               greedy=greedy, generator=generator, stops=stops, warp=self.logit_warp)
+            sample_step(buf, t, logits, temperature, pad, allowed=allowed, constraint=constraint,
+                        greedy=greedy, generator=generator, stops=stops, warp=warp)
             if t == max_new - 1 or (stops is not None and bool(buf.done.all())):
                 break
             tok = buf.steps[t][0]                                          # (B,) drawn (a stopped row's too)
             if lean:
-                h = self._decode(tok, pe[t], mask.narrow(3, 0, S0 + t + 1), caches, weights)     # (B, C)
+                h = self._direct(tok, pe[t], mask.narrow(3, 0, S0 + t + 1), caches, weights)     # (B, C)
             else:
                 h = self._trunk(tok[:, None], pos[t, :, None], mask[..., :S0 + t + 1], caches)[:, 0]   # (B, C)
-            logits = torch.where(live.unsqueeze(1), F.linear(h, self.lm_head.weight), logits)   # (B, V)
-        key_valid[:, S0:S0 + t] = buf.flush().mask[:, :t]                          # the fed slots: real if live then
+            logits = F.linear(h, W)                                        # (B, V) a stopped row's output is unused
+            seen.append(logits)
+        fed = buf.flush().mask[:, :t]                                      # (B, t) the fed slots: real if live then
+        key_valid[:, S0:S0 + t] = fed
+        n_fed = fed.sum(1)                                                 # (B,) a row's live steps form a prefix
+        last = torch.stack(seen, 1)[torch.arange(B, device=dev), n_fed]    # (B, V) after each row's last real token
         new_past = ToyPast(k=[c.k[:, :, :c.n] for c in caches], v=[c.v[:, :, :c.n] for c in caches],
-                           key_valid=key_valid[:, :S0 + t], n_real=n_ctx + buf.mask[:, :t].sum(1), logits=logits,
+                           key_valid=key_valid[:, :S0 + t], n_real=n_ctx + n_fed, logits=last,
                            pending=buf.tokens[:, t:t + 1], pending_mask=buf.mask[:, t:t + 1])
         return buf.generation(new_past)

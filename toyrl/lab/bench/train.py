@@ -10,8 +10,8 @@ recompute (forward with gradient) and update (backward + AdamW) times; and two r
 this run:
 
     gen / fwd     = rollout time / teacher-forced forward time on the same tokens
-    model / fwd   = time inside the transformer while generating (its ``_trunk`` calls, the prefill,
-                    and its ``_decode`` calls, one length-1 forward per decode step) / the
+    model / fwd   = time inside the transformer while generating (its ``_direct`` calls, or ``_trunk``
+                    where a subclass overrides it: the prefill, then one length-1 forward per decode step) / the
                     teacher-forced forward: the floor of gen / fwd for this eager model, whatever
                     sampling, the grammar and the env cost
     step / (f+b)  = whole step time / (recompute + update time)
@@ -34,10 +34,10 @@ SETTING = dict(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16},
 
 
 class TrunkTimer:
-    """Seconds spent in ``policy._trunk`` and ``policy._decode`` (the transformer) while the context is
+    """Seconds spent in ``policy._trunk`` and ``policy._direct`` (the transformer) while the context is
     open; calls counted."""
 
-    NAMES = ("_trunk", "_decode")
+    NAMES = ("_trunk", "_direct")
 
     def __init__(self, policy):
         self.policy, self.seconds, self.calls = policy, 0.0, 0
