@@ -52,9 +52,9 @@ def test_trunk_timer_counts_and_restores():
     assert "_trunk" not in vars(pol)                 # the method is back
     pol(x, m)
     assert t.calls == 2
-    with TrunkTimer(pol) as t:                       # generation: one prefill, then one _decode per new token
+    with TrunkTimer(pol) as t:                       # generation: one prefill, then one _direct per new token
         pol.generate(x, m, 3)
-    assert t.calls == 3 and "_decode" not in vars(pol)
+    assert t.calls == 3 and "_direct" not in vars(pol)
 
 
 def test_gpu_bench_smollm2_without_the_model(monkeypatch, capsys):

@@ -1,4 +1,4 @@
-"""The fast decode loop (``ToyTransformer.generate`` -> ``_decode``, ``sample_step``, ``GrammarRun``) against a
+"""The fast decode loop (``ToyTransformer.generate`` -> ``_direct``, ``sample_step``, ``GrammarRun``) against a
 plain reference loop kept here: module forward passes with a boolean mask, ``torch.multinomial``, a
 ``torch.where`` per buffer write, ``torch.isin`` on the stops, the grammar's state recorded at every step.
 For the same generator the two must agree bit for bit: tokens, logp, entropy, masks, grammar states."""
@@ -65,7 +65,7 @@ def reference(pol, ctx, m, n, seed, *, stop=None, allowed=None, grammar=None, te
         key_valid[:, L + t] = live
         h = pol._trunk(tokens[:, t:t + 1], (m.sum(1) + t)[:, None], key_valid[:, None, None, :L + t + 1], caches)
         logits = torch.where(live[:, None], pol.lm_head(h[:, 0]), logits)
-    return tokens, logp, ent, mask, states, forced
+    return tokens, logp, ent, mask, states, forced, logits
 
 
 def bit_equal(a, b):
@@ -91,6 +91,7 @@ def test_generate_is_the_reference_loop_bit_for_bit(n_layer, allowed, kw):
         ref = reference(pol, ctx, m, N, seed, stop=stop, allowed=ALLOWED[allowed], **kw)
         for name, a, b in zip(("tokens", "logp", "entropy", "mask"), (out.tokens, out.logp, out.entropy, out.mask), ref):
             assert bit_equal(a, b), (name, seed)
+        assert bit_equal(out.past.logits, ref[-1])                         # after each row's last real token
         assert out.mask.sum(1).min() < N                                  # some rows stopped early: the dead-row path ran
 
 
@@ -105,8 +106,8 @@ def test_grammar_constrained_generation_is_the_reference_loop(constrain):
         out = pol.generate(ctx, m, codec.max_new, stop_token=codec.stop_tokens(), constraint=run,
                            generator=torch.Generator().manual_seed(seed))
         ref = reference(pol, ctx, m, codec.max_new, seed, stop=codec.stop_tokens(), grammar=grammar)
-        got = (out.tokens, out.logp, out.entropy, out.mask) + run.record(codec.max_new)
-        for name, a, b in zip(("tokens", "logp", "entropy", "mask", "states", "forced"), got, ref):
+        got = (out.tokens, out.logp, out.entropy, out.mask) + run.record(codec.max_new) + (out.past.logits,)
+        for name, a, b in zip(("tokens", "logp", "entropy", "mask", "states", "forced", "past logits"), got, ref):
             assert bit_equal(a, b), (name, seed)
         assert not bool(run.cut.any())                                    # no intervention, no cut
 
