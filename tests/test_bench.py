@@ -36,7 +36,18 @@ def test_train_bench_reports_ratios(capsys):
     assert m["projected_200"] == pytest.approx(200 * m["step"])
     assert 0 < m["model"] < m["gen"] and m["model_over_fwd"] == pytest.approx(m["model"] / m["fwd"])
     assert m["calls"] > 16                          # one prefill per turn plus the decode steps
-    assert "gen/fwd" in capsys.readouterr().out
+    assert 0 < m["sample"] < m["gen"] - m["model"] and m["sample_over_fwd"] == pytest.approx(m["sample"] / m["fwd"])
+    out = capsys.readouterr().out
+    assert "gen/fwd" in out and "sample/fwd" in out
+
+
+def test_call_timer_restores_a_module_function():
+    import toyrl.policies.toy as toy
+    from toyrl.lab.bench.train import CallTimer
+    original = toy.sample_step
+    with CallTimer(toy, ("sample_step", "no_such_function")) as t:
+        assert toy.sample_step is not original and t.names == ["sample_step"]
+    assert toy.sample_step is original and t.calls == 0 and t.seconds == 0.0
 
 
 def test_trunk_timer_counts_and_restores():

@@ -14,6 +14,9 @@ this run:
                     where a subclass overrides it: the prefill, then one length-1 forward per decode step) / the
                     teacher-forced forward: the floor of gen / fwd for this eager model, whatever
                     sampling, the grammar and the env cost
+    sample / fwd  = time drawing tokens (``sample_step``: masking, softmax, the draw, the grammar) / the
+                    teacher-forced forward; gen / fwd - model / fwd - sample / fwd is the rest: the
+                    decode loop's own bookkeeping, the env, the turn records and the flat batch
     step / (f+b)  = whole step time / (recompute + update time)
 
 and the projected time of 200 such steps. Threads are pinned (``--threads``, default 1) and
@@ -27,21 +30,21 @@ import time
 import numpy as np
 import torch
 
+import toyrl.policies.toy as toy_policy
 from toyrl.rollout.engine import recompute_logp
 from toyrl.train.trainer import TrainConfig, Trainer
 
 SETTING = dict(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, group_size=8, prompts_per_step=8)
 
 
-class TrunkTimer:
-    """Seconds spent in ``policy._trunk`` and ``policy._direct`` (the transformer) while the context is
-    open; calls counted."""
+class CallTimer:
+    """Seconds spent in the named callables of ``owner`` (a policy's methods, or a module's functions such
+    as ``toyrl.policies.toy.sample_step``) while the context is open; calls counted, originals restored."""
 
-    NAMES = ("_trunk", "_direct")
-
-    def __init__(self, policy):
-        self.policy, self.seconds, self.calls = policy, 0.0, 0
-        self.names = [n for n in self.NAMES if hasattr(policy, n)]
+    def __init__(self, owner, names):
+        self.owner, self.seconds, self.calls = owner, 0.0, 0
+        self.names = [n for n in names if hasattr(owner, n)]
+        self.saved = {}
 
     def _timed(self, fn):
         def timed(*args, **kw):
@@ -54,12 +57,25 @@ class TrunkTimer:
 
     def __enter__(self):
         for n in self.names:                           # an instance attribute shadows the method
-            setattr(self.policy, n, self._timed(getattr(self.policy, n)))
+            self.saved[n] = vars(self.owner).get(n)
+            setattr(self.owner, n, self._timed(getattr(self.owner, n)))
         return self
 
     def __exit__(self, *exc):
         for n in self.names:
-            delattr(self.policy, n)
+            if self.saved[n] is None:
+                delattr(self.owner, n)                 # the class's method shows through again
+            else:
+                setattr(self.owner, n, self.saved[n])
+
+
+class TrunkTimer(CallTimer):
+    """Seconds spent in ``policy._trunk`` and ``policy._direct`` (the transformer)."""
+
+    NAMES = ("_trunk", "_direct")
+
+    def __init__(self, policy):
+        super().__init__(policy, self.NAMES)
 
 
 def measure(L: int, steps: int, seed: int = 0) -> dict:
@@ -68,7 +84,7 @@ def measure(L: int, steps: int, seed: int = 0) -> dict:
     rows, fwd = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
-        with TrunkTimer(tr.policy) as model:
+        with TrunkTimer(tr.policy) as model, CallTimer(toy_policy, ("sample_step",)) as draw:
             ro = tr.collect()
         t1 = time.perf_counter()
         with torch.no_grad():
@@ -78,13 +94,14 @@ def measure(L: int, steps: int, seed: int = 0) -> dict:
         prep = tr.prepare(ro)
         upd = tr.update(ro, prep)
         tr.step_idx += 1
-        rows.append({"gen": t1 - t0, "model": model.seconds, "calls": model.calls, "step": (t1 - t0) + (time.perf_counter() - t2), "rec": upd["t_fwd"],
+        rows.append({"gen": t1 - t0, "model": model.seconds, "sample": draw.seconds, "calls": model.calls, "step": (t1 - t0) + (time.perf_counter() - t2), "rec": upd["t_fwd"],
                      "upd": upd["t_bwd"], "tokens": ro.stats["tokens_generated"],
                      "per_turn": ro.stats["policy_tokens"] / max(ro.stats["turns"], 1)})
     med = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
     med["fwd"] = float(np.median(fwd))
     med["gen_over_fwd"] = med["gen"] / med["fwd"]
     med["model_over_fwd"] = med["model"] / med["fwd"]
+    med["sample_over_fwd"] = med["sample"] / med["fwd"]
     med["step_over_fb"] = med["step"] / (med["rec"] + med["upd"])
     med["projected_200"] = 200 * med["step"]
     return med
@@ -101,13 +118,14 @@ def main(argv=None) -> dict:
     steps = 3 if a.quick else a.steps
     print(f"GRPO on GridWorld 4x4 (16 turns), 8 x 8 rollouts, policy tiny, {steps} steps per L, "
           f"{torch.get_num_threads()} thread(s), default allocator; medians per step")
-    print(f"{'L':>4} {'tok/turn':>8} {'tokens':>7} {'gen ms':>8} {'fwd ms':>7} {'gen/fwd':>7} {'model/fwd':>9} {'calls':>5} {'rec ms':>7} "
+    print(f"{'L':>4} {'tok/turn':>8} {'tokens':>7} {'gen ms':>8} {'fwd ms':>7} {'gen/fwd':>7} {'model/fwd':>9} {'sample/fwd':>10} "
+          f"{'calls':>5} {'rec ms':>7} "
           f"{'upd ms':>7} {'step ms':>8} {'step/(f+b)':>10} {'200 steps s':>11}")
     out = {}
     for L in a.think:
         m = out[L] = measure(L, steps)
         print(f"{L:>4} {m['per_turn']:>8.1f} {m['tokens']:>7.0f} {1e3 * m['gen']:>8.1f} {1e3 * m['fwd']:>7.1f} "
-              f"{m['gen_over_fwd']:>7.2f} {m['model_over_fwd']:>9.2f} {m['calls']:>5.0f} {1e3 * m['rec']:>7.1f} {1e3 * m['upd']:>7.1f} {1e3 * m['step']:>8.1f} "
+              f"{m['gen_over_fwd']:>7.2f} {m['model_over_fwd']:>9.2f} {m['sample_over_fwd']:>10.2f} {m['calls']:>5.0f} {1e3 * m['rec']:>7.1f} {1e3 * m['upd']:>7.1f} {1e3 * m['step']:>8.1f} "
               f"{m['step_over_fb']:>10.2f} {m['projected_200']:>11.1f}")
     return out
 
