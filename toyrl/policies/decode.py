@@ -59,7 +59,8 @@ class Decode:
                    pad_id, [] if keep_steps else None)
 
     def keep(self, t: int, tok: Tensor, live: Tensor, logp_all: Tensor, p: Tensor) -> None:
-        """Step t: the (B,) tokens drawn and which rows were live, from log-probs ``logp_all`` (B, V), p = exp(logp_all)."""
+        """Step t: the (B,) tokens drawn and which rows were live, from log-probs ``logp_all`` (B, V) and
+        p = exp(logp_all) (B, V)."""
         if self.steps is not None:                                            # step t is the list's t-th entry
             self.steps.append((tok, live, logp_all, p))
             return

@@ -94,7 +94,8 @@ def measure(L: int, steps: int, seed: int = 0) -> dict:
         prep = tr.prepare(ro)
         upd = tr.update(ro, prep)
         tr.step_idx += 1
-        rows.append({"gen": t1 - t0, "model": model.seconds, "sample": draw.seconds, "calls": model.calls, "step": (t1 - t0) + (time.perf_counter() - t2), "rec": upd["t_fwd"],
+        rows.append({"gen": t1 - t0, "model": model.seconds, "sample": draw.seconds, "calls": model.calls,
+                     "step": (t1 - t0) + (time.perf_counter() - t2), "rec": upd["t_fwd"],
                      "upd": upd["t_bwd"], "tokens": ro.stats["tokens_generated"],
                      "per_turn": ro.stats["policy_tokens"] / max(ro.stats["turns"], 1)})
     med = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
@@ -118,14 +119,15 @@ def main(argv=None) -> dict:
     steps = 3 if a.quick else a.steps
     print(f"GRPO on GridWorld 4x4 (16 turns), 8 x 8 rollouts, policy tiny, {steps} steps per L, "
           f"{torch.get_num_threads()} thread(s), default allocator; medians per step")
-    print(f"{'L':>4} {'tok/turn':>8} {'tokens':>7} {'gen ms':>8} {'fwd ms':>7} {'gen/fwd':>7} {'model/fwd':>9} {'sample/fwd':>10} "
-          f"{'calls':>5} {'rec ms':>7} "
-          f"{'upd ms':>7} {'step ms':>8} {'step/(f+b)':>10} {'200 steps s':>11}")
+    print(f"{'L':>4} {'tok/turn':>8} {'tokens':>7} {'gen ms':>8} {'fwd ms':>7} {'gen/fwd':>7} {'model/fwd':>9} "
+          f"{'sample/fwd':>10} {'calls':>5} {'rec ms':>7} {'upd ms':>7} {'step ms':>8} {'step/(f+b)':>10} "
+          f"{'200 steps s':>11}")
     out = {}
     for L in a.think:
         m = out[L] = measure(L, steps)
         print(f"{L:>4} {m['per_turn']:>8.1f} {m['tokens']:>7.0f} {1e3 * m['gen']:>8.1f} {1e3 * m['fwd']:>7.1f} "
-              f"{m['gen_over_fwd']:>7.2f} {m['model_over_fwd']:>9.2f} {m['sample_over_fwd']:>10.2f} {m['calls']:>5.0f} {1e3 * m['rec']:>7.1f} {1e3 * m['upd']:>7.1f} {1e3 * m['step']:>8.1f} "
+              f"{m['gen_over_fwd']:>7.2f} {m['model_over_fwd']:>9.2f} {m['sample_over_fwd']:>10.2f} {m['calls']:>5.0f} "
+              f"{1e3 * m['rec']:>7.1f} {1e3 * m['upd']:>7.1f} {1e3 * m['step']:>8.1f} "
               f"{m['step_over_fb']:>10.2f} {m['projected_200']:>11.1f}")
     return out
 
