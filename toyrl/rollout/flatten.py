@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..batch import TurnBatch
-from ..segments import first_index
+from ..segments import dense_index, first_index
 
 __all__ = ["TurnContext", "Rollout", "left_pad", "to_rollout", "recompute_logp", "logprobs_by_length",
            "shared_prefix"]
@@ -201,8 +201,7 @@ def shared_prefix(tokens: torch.Tensor, attn: torch.Tensor,
     inv [1, 1, 0], k 2 (row 2, alone in its group, is capped at its length - 1).
     """
     B, T = tokens.shape
-    _, inv = torch.unique(group, return_inverse=True)                           # (B,) 0..n-1
-    n = int(inv.max()) + 1 if B else 0
+    inv, n = dense_index(group)                                                 # (B,) 0..n-1
     if n == B:
         return None
     rep = first_index(inv, n)                                                   # (n,) first row of each group

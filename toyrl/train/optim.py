@@ -79,7 +79,8 @@ def step_and_measure(opt: torch.optim.Optimizer, chunk: int = 1 << 20) -> float:
             bufs[v.dtype, v.device] = v.new_empty(most)
         buf = bufs[v.dtype, v.device]
         for i in range(0, v.numel(), chunk):
-            move = torch.sqrt(v[i:i + chunk], out=buf[:len(v[i:i + chunk])])
+            vi = v[i:i + chunk]
+            move = torch.sqrt(vi, out=buf[:len(vi)])
             move.mul_((1 - b2 ** t) ** -0.5).add_(g["eps"])                         # d
             torch.div(m[i:i + chunk], move, out=move).mul_(lr / (1 - b1 ** t))     # s m / d
             if wd:
