@@ -58,7 +58,7 @@ def table(runs: list) -> str:
 
 def main(argv=None) -> int:
     from toyrl.objectives.rollout_correction import CORRECTIONS
-    from toyrl.rollout.engines import ENGINES
+    from toyrl.rollout.inference_engine import ENGINES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)

@@ -15,8 +15,8 @@ import torch
 
 from toyrl.envs import ENVS
 from toyrl.objectives.rollout_correction import CORRECTIONS
-from toyrl.rollout.engine import recompute_logp
-from toyrl.rollout.engines import ENGINES
+from toyrl.rollout.play import recompute_logp
+from toyrl.rollout.inference_engine import ENGINES
 from toyrl.train import TrainConfig, Trainer, train
 
 SMALL = {"gridworld": {"map_name": "4x4", "max_turns": 5}, "bandit_chain": {"layout_seed": 0, "stages": 2},

@@ -1,4 +1,4 @@
-"""Tests of the rollout engines (toyrl/rollout/engines.py) and the logit-warp hook of ``sample_step``.
+"""Tests of the rollout engines (toyrl/rollout/inference_engine.py) and the logit-warp hook of ``sample_step``.
 
 Layers: hand-computed examples of every transform; properties of the truncating warps (never empty,
 the grammar's -inf respected); the hook (warp=None bit-identical to the plain draw, the buffer holds
@@ -12,7 +12,7 @@ import torch
 from toyrl.policies import ToyTransformerConfig, make_policy, masked_log_softmax
 from toyrl.policies.decode import Decode, sample_step
 from toyrl.rollout import ENGINES, make_engine, sync_engine
-from toyrl.rollout.engines import (check_engine, make_warp, noise_warp, quantize_weights, round_logp, round_weights,
+from toyrl.rollout.inference_engine import (check_engine, make_warp, noise_warp, quantize_weights, round_logp, round_weights,
                                    topk_warp, topp_warp, weight_transform)
 
 V, L, N, PAD = 12, 5, 3, 0

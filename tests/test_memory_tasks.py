@@ -14,7 +14,7 @@ from toyrl.envs.experts import expert_actions, expert_memo
 from toyrl.envs.gridworld import LEFT, RIGHT, GridCore, shortest_path
 from toyrl.envs.layouts import GOAL, HOLE, cross_map, doors_map, tmaze_map
 from toyrl.policies.scripted import ScriptedPolicy
-from toyrl.rollout.engine import Episode, Sampling, Turn, build_context, rollout, scramble_reasoning
+from toyrl.rollout.play import Episode, Sampling, Turn, build_context, rollout, scramble_reasoning
 
 TMAZE = {"size": 5, "layout": "tmaze"}
 DOORS = {"size": 5, "layout": "doors"}

@@ -20,8 +20,8 @@ from ..objectives import AGGREGATIONS, CLIP_SCHEMES, KL_ESTIMATORS, LEVELS
 from ..train.build import policy_names
 from ..policies.toy import PRESETS
 from ..policies.zoo import ZOO
-from ..rollout.engine import CONTEXTS
-from ..rollout.engines import ENGINES
+from ..rollout.play import CONTEXTS
+from ..rollout.inference_engine import ENGINES
 from ..objectives.rollout_correction import CORRECTIONS
 from ..train import TrainConfig
 from ..train.trackers import LOGGERS

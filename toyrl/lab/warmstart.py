@@ -23,7 +23,7 @@ def reasoning_value(policy, codec, cfg, *, episodes: int = 256, seed: int = 0) -
     tasks and sampling seed for both. ``ratio`` = scrambled / intact: near 1, the reasoning carries nothing;
     at most 1/2 on a task built so that forgetting halves success."""
     from ..envs import make_core
-    from ..rollout.engine import Sampling, rollout
+    from ..rollout.play import Sampling, rollout
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     core = make_core(cfg.env, episodes, seed=seed, **cfg.env_kwargs)

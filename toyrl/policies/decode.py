@@ -124,7 +124,7 @@ def sample_step(buf: Decode, t: int, logits: Tensor, temperature: float, pad_id:
 
     ``warp``: None, or a callable ``(logp_all (B, V), generator) -> logp_all' (B, V)`` applied after
     temperature and masking and before the draw: a rollout engine that samples differently from
-    the trainer (``toyrl.rollout.engines``). The token is drawn (or, for ``greedy``, argmax-ed) from
+    the trainer (``toyrl.rollout.inference_engine``). The token is drawn (or, for ``greedy``, argmax-ed) from
     the warped distribution, and the logp and entropy kept in ``buf`` are the warped ones, i.e.
     what the engine sampled with. It must return normalized log-probs, -inf where a token is out.
     With ``warp=None`` nothing changes."""

@@ -54,7 +54,7 @@ class HFPolicy(torch.nn.Module):
     (``DECODE_MMAP_THRESHOLD``)"""
     logit_warp = None
     """None, or ``(logp_all (B, V), generator) -> logp_all'``: how a rollout engine copy samples
-    differently from the trainer (set by ``toyrl.rollout.engines.make_engine``; see ``sample_step``)"""
+    differently from the trainer (set by ``toyrl.rollout.inference_engine.make_engine``; see ``sample_step``)"""
 
     def __init__(self, model, tokenizer, autocast: Optional[str] = None):
         super().__init__()

@@ -108,7 +108,7 @@ class ToyTransformer(nn.Module):
 
     logit_warp = None
     """None, or ``(logp_all (B, V), generator) -> logp_all'``: how a rollout engine copy samples
-    differently from the trainer (set by ``toyrl.rollout.engines.make_engine``; see ``sample_step``)"""
+    differently from the trainer (set by ``toyrl.rollout.inference_engine.make_engine``; see ``sample_step``)"""
 
     def __init__(self, cfg: ToyTransformerConfig):
         super().__init__()

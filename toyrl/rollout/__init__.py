@@ -10,9 +10,9 @@
 
 The engine's public names are offered here: ``from toyrl.rollout import rollout, Sampling``.
 """
-from .engine import (CONTEXTS, Episode, Rollout, Sampling, ToyCodec, Turn, TurnContext, build_context,
+from .play import (CONTEXTS, Episode, Rollout, Sampling, ToyCodec, Turn, TurnContext, build_context,
                      episode_token_bound, left_pad, play, play_turn, recompute_logp, rollout, to_rollout, turn_grammar)
-from .engines import ENGINES, EngineMode, make_engine, sync_engine
+from .inference_engine import ENGINES, EngineMode, make_engine, sync_engine
 
 __all__ = ["ToyCodec", "Turn", "Episode", "Sampling", "TurnContext", "Rollout", "rollout", "play", "play_turn",
            "to_rollout", "CONTEXTS", "recompute_logp", "left_pad", "build_context", "episode_token_bound",

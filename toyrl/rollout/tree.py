@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..envs.experts import process_scores
-from .engine import Episode, Sampling, play, to_rollout, turn_grammar
+from .play import Episode, Sampling, play, to_rollout, turn_grammar
 
 __all__ = ["STRATEGIES", "tree_rollout", "branch_weights", "take_branches"]
 

@@ -89,7 +89,7 @@ def build_policy(name: str, core, device, *, n_think: int = 2, think_max: int = 
     up to ``think_max`` per turn, and a context sized to the longest episode (``episode_token_bound``).
     Text policies: ``think_max`` extra reply tokens for free-text reasoning before the action.
     """
-    from ..rollout.engine import episode_token_bound
+    from ..rollout.play import episode_token_bound
     from ..codecs.toy import ToyCodec
     from ..policies import make_policy
     if name in PRESETS:

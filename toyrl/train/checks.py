@@ -22,8 +22,8 @@ from ..policies.toy import PRESETS
 from .kwargs import _is_number, _kind, check_kwargs, in_interval, keywords
 from .trackers import check_logger
 from .warmstart import WARMSTARTS, warmstart_path
-from ..rollout.engine import CONTEXTS
-from ..rollout.engines import ENGINES, check_engine
+from ..rollout.play import CONTEXTS
+from ..rollout.inference_engine import ENGINES, check_engine
 from ..objectives.rollout_correction import CORRECTIONS
 from ..rollout.tree import STRATEGIES, tree_rollout
 

@@ -115,7 +115,7 @@ class TrainConfig:
     staleness: int = 0
     """roll out with the policy of this many steps ago (async drift; policy_lag logs it in updates)"""
     engine: str = "exact"
-    """the rollout engine that samples the episodes, a name of toyrl.rollout.engines.ENGINES: exact (the trainer's
+    """the rollout engine that samples the episodes, a name of toyrl.rollout.inference_engine.ENGINES: exact (the trainer's
     own weights and kernels) | bf16 | fp16 | int8 | int4 | noise | topk | topp | lag. With any other the batch keeps
     the engine's log-probs as rollout_logp and the trainer recomputes old_logp on the same contexts, so even an
     on-policy step is off-policy (the training-inference mismatch)"""

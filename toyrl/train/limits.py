@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..rollout.engine import episode_token_bound
+from ..rollout.play import episode_token_bound
 from ..codecs.toy import ToyCodec
 from .defaults import resolve_context
 

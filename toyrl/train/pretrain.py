@@ -30,7 +30,7 @@ from ..policies.scripted import ScriptedPolicy, replay_chooser
 from ..envs.experts import load_demos
 from ..envs import make_core
 from ..policies.tinylm import DEFAULT_CHECKPOINT, TinyLM
-from ..rollout.engine import rollout
+from ..rollout.play import rollout
 from ..codecs.text import TextCodec
 
 __all__ = ["PRETRAIN_ENVS", "PRETRAIN_CONTEXT", "CHECKPOINT_EVALS", "bc_examples", "pretrain", "greedy_success", "main"]

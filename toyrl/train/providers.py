@@ -23,7 +23,7 @@ from ..filters import FILTERS
 from ..objectives import CLIP_SCHEMES, loss_mask
 from ..objectives.rollout_correction import correction_stats, rollout_correction
 from ..policies.scripted import ScriptedPolicy, replay_chooser
-from ..rollout.engine import Rollout, recompute_logp, rollout
+from ..rollout.play import Rollout, recompute_logp, rollout
 from .bc import bc_loss
 from .defaults import fused_adamw
 from .optim import adamw

@@ -52,8 +52,8 @@ from ..objectives import policy_loss
 from .build import build_policy, policy_kwargs
 from .defaults import fused_adamw, resolve_defaults
 from .limits import check_context
-from ..rollout.engine import Rollout, Sampling, recompute_logp, rollout
-from ..rollout.engines import make_engine, sync_engine
+from ..rollout.play import Rollout, Sampling, recompute_logp, rollout
+from ..rollout.inference_engine import make_engine, sync_engine
 from ..rollout.mismatch import mismatch_row
 from .optim import adamw, step_and_measure, update_norm, warmup_lr
 from .providers import Prepared, Providers

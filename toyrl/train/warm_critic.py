@@ -30,7 +30,7 @@ import torch
 from ..credit.critics import value_loss
 from ..credit.fit import value_warmup
 from ..envs import make_core
-from ..rollout.engine import rollout
+from ..rollout.play import rollout
 from .credit_models import policy_features
 
 __all__ = ["check_warmup", "warm_critic", "start_episodes", "fresh_value_loss", "WARMUP_STREAM"]

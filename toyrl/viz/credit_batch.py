@@ -38,7 +38,7 @@ from ..envs.experts import expert_actions
 from ..envs import make_core
 from ..envs.core import VOID
 from ..envs.gridworld import HOLE, MAPS, goal_distance, map_to_array
-from ..rollout.engine import Episode, ToyCodec, play, to_rollout
+from ..rollout.play import Episode, ToyCodec, play, to_rollout
 from .setting import env_setting
 
 __all__ = ["CreditBatch", "make_credit_batch", "noisy_expert", "play_scripted", "ESTIMATOR_NEEDS", "NEED_SUPPLY",

@@ -34,7 +34,7 @@ import torch
 from ..envs import make_core
 from ..policies.tinylm import DEFAULT_CHECKPOINT, TinyLM
 from ..train.pretrain import PRETRAIN_ENVS
-from ..rollout.engine import rollout
+from ..rollout.play import rollout
 from ..diagnostics import repetition_rate, text_template_stats
 from ..codecs.text import turn_texts
 from ..train import TrainConfig, Trainer

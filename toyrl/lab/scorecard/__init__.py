@@ -72,7 +72,7 @@ def _probe_set(tr, n_tasks: int, per_task: int, seed: int):
 
 def _probe(tr, probe) -> dict:
     """RAGEN-2 diagnostics of the current policy on the probe batch."""
-    from ...rollout.engine import Sampling, rollout
+    from ...rollout.play import Sampling, rollout
     from .mi import reasoning_diagnostics
     core, tasks, gen = probe
     cfg = tr.cfg
