@@ -19,7 +19,7 @@ from toyrl.train import train
 from toyrl.viz.credit_batch import ESTIMATOR_NEEDS, NEED_SUPPLY, estimator_needs
 
 SMALL = {"gridworld": {"map_name": "4x4", "max_turns": 5}, "bandit_chain": {"layout_seed": 0, "stages": 2},
-         "mock_search": {"noise_sentences": 0, "max_turns": 3}}
+         "mock_search": {"noise_sentences": 0, "max_turns": 3}, "doors": {"rooms": 2, "max_turns": 3}}
 """short episodes on each env"""
 TINY = dict(group_size=4, prompts_per_step=2, steps=2, minibatches=2, progress=False)
 NAN_OK = {"sweet_pair_acc"}

@@ -1,7 +1,7 @@
 """Toy multi-turn environments: batched numpy cores wrapped as gymnasium envs.
 
 Registered on ``import toyrl`` as ``toyrl/GridWorld-v0``, ``toyrl/BanditChain-v0`` and
-``toyrl/MockSearch-v0``. ``ENVS`` maps the short names the CLI uses to (gym id, core class).
+``toyrl/MockSearch-v0`` and ``toyrl/Doors-v0``. ``ENVS`` maps the short names the CLI uses to (gym id, core class).
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gymnasium as gym
 
 from .bandit_chain import BanditChainEnv, BanditCore
 from .core import VOID, BatchedCore, CoreEnv, mix64
+from .doors import DoorsCore, DoorsEnv
 from .gridworld import GridCore, GridWorldEnv
 from .mock_search import MockSearchEnv, SearchCore
 
@@ -16,11 +17,13 @@ ENVS = {
     "gridworld": ("toyrl/GridWorld-v0", GridCore),
     "bandit_chain": ("toyrl/BanditChain-v0", BanditCore),
     "mock_search": ("toyrl/MockSearch-v0", SearchCore),
+    "doors": ("toyrl/Doors-v0", DoorsCore),
 }
 _ENTRY = {
     "toyrl/GridWorld-v0": "toyrl.envs.gridworld:GridWorldEnv",
     "toyrl/BanditChain-v0": "toyrl.envs.bandit_chain:BanditChainEnv",
     "toyrl/MockSearch-v0": "toyrl.envs.mock_search:MockSearchEnv",
+    "toyrl/Doors-v0": "toyrl.envs.doors:DoorsEnv",
 }
 
 
@@ -40,4 +43,4 @@ def make_core(name: str, num_envs: int, seed=None, **kwargs) -> BatchedCore:
 
 __all__ = ["ENVS", "VOID", "BatchedCore", "CoreEnv", "mix64", "register_envs", "make_core",
            "GridCore", "GridWorldEnv", "BanditCore", "BanditChainEnv",
-           "SearchCore", "MockSearchEnv"]
+           "SearchCore", "MockSearchEnv", "DoorsCore", "DoorsEnv"]

@@ -45,8 +45,11 @@ def expert_memo(core: BatchedCore, rows: Optional[np.ndarray] = None) -> list[li
 
 
 def expert_actions(core: BatchedCore, rows: Optional[np.ndarray] = None) -> np.ndarray:
-    """The planner's action for each of ``rows`` (default all copies) -> (len(rows),) int64."""
+    """The planner's action for each of ``rows`` (default all copies) -> (len(rows),) int64: the core's own
+    ``expert_actions(rows)`` where it has one, else the planner of a built-in env."""
     rows = np.arange(core.num_envs) if rows is None else np.asarray(rows)
+    if hasattr(core, "expert_actions"):
+        return np.asarray(core.expert_actions(rows), dtype=np.int64)
     st = core.state
     if isinstance(core, GridCore):
         out = np.empty(len(rows), np.int64)
@@ -94,8 +97,11 @@ def process_scores(core: BatchedCore) -> np.ndarray:
     """A task process scorer (higher = closer to success) for every copy -> (N,) float.
 
     GridWorld: minus the BFS distance to the goal (-100 in a hole); BanditChain: the stage;
-    MockSearch: the fraction of the lookup chain retrieved. What PATR-style tree rollouts branch on.
+    MockSearch: the fraction of the lookup chain retrieved; a core with ``progress()``: that. What PATR-style tree
+    rollouts branch on.
     """
+    if hasattr(core, "progress"):
+        return np.asarray(core.progress(), dtype=float)
     st = core.state
     if isinstance(core, GridCore):
         d = np.array([goal_distance(st["tiles"][i], core.size)[st["pos"][i]] for i in range(core.num_envs)])

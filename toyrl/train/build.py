@@ -136,12 +136,15 @@ def check_text_options(policy: str, system: str, lora_r: int) -> None:
 def policy_kwargs(cfg) -> dict:
     """The keywords ``build_policy`` gets from a TrainConfig besides its own arguments: the instruction
     (``system``) of a text policy, the LoRA adapters (``lora_r``, alpha = 2 r) and gradient checkpointing
-    (``grad_ckpt``, checked by ``validate`` with ``check_grad_ckpt``) of an hf policy.
+    (``grad_ckpt``, checked by ``validate`` with ``check_grad_ckpt``) of an hf policy, the reply cap (``reply_tokens``)
+    of a text policy.
     Example: TrainConfig(policy="smollm2", system="Be brief.", lora_r=8) -> {"system": "Be brief.",
     "lora": {"r": 8, "alpha": 16}}; a toy preset -> {}."""
     kw = {}
     if cfg.system:
         kw["system"] = cfg.system
+    if cfg.reply_tokens:
+        kw["max_new"] = int(cfg.reply_tokens)
     if cfg.lora_r:
         kw["lora"] = {"r": int(cfg.lora_r), "alpha": 2 * int(cfg.lora_r)}
     if cfg.grad_ckpt:

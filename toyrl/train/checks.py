@@ -66,6 +66,8 @@ def validate(cfg) -> None:
     if cfg.think_min > cfg.think_max:
         raise ValueError(f"think_min must be <= think_max={cfg.think_max}, got {cfg.think_min}")
     check_text_options(cfg.policy, cfg.system, cfg.lora_r)   # system / lora_r need a text / hf policy
+    if cfg.reply_tokens and cfg.policy in PRESETS:
+        raise ValueError(f"reply_tokens applies to text policies (tinylm, hf:PATH, smollm2), got policy={cfg.policy!r}")
     check_grad_ckpt(cfg.policy, cfg.grad_ckpt)                # gradient checkpointing is the hf model's own
     if (cfg.tti_delta or cfg.think_min) and cfg.policy not in PRESETS:
         raise ValueError("tti_delta and think_min need a toy policy preset "
@@ -178,7 +180,7 @@ RANGES = {"group_size": "[1, 4096]", "prompts_per_step": "[1, 4096]", "steps": "
           "staleness": "[0, 1000]", "eval_every": "[0, 1e7]", "eval_episodes": "[1, 65536]", "context_k": "[1, 1e4]",
           "tti_delta": "[0, 10]", "tti_window": "[1, 256]", "tti_min_think": "[0, 256]", "t2po_eta": "[0, 10]",
           "kl_coef": "[0, 1e6]", "grad_clip": "[0, 1e9]", "bc_steps": "[0, 1e6]", "bc_noise": "[0, 1]", "max_turns": "[1, 1e4]",
-          "lr_warmup": "[0, 1e7]", "lora_r": "[0, 4096]", "critic_warmup_steps": "[0, 1e7]",
+          "lr_warmup": "[0, 1e7]", "lora_r": "[0, 4096]", "reply_tokens": "[0, 4096]", "critic_warmup_steps": "[0, 1e7]",
           "lr": "(0, inf)", "critic_lr": "(0, inf)", "bc_lr": "(0, inf)", "entropy_coef": "[0, 1e6]",
           "temperature": "(0, inf)", "critic_gamma": "[0, 1]", "seed": "[0, 1e18]"}
 """field -> its valid interval ("(" / ")" exclude the bound; an Optional field may also be None)"""

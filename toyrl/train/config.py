@@ -34,7 +34,7 @@ class TrainConfig:
     """Everything a run depends on. The CLI builds one from flags; notebooks build one directly."""
 
     env: str = "gridworld"
-    """environment: gridworld | bandit_chain | mock_search"""
+    """environment: gridworld | bandit_chain | mock_search | doors"""
     env_kwargs: dict = field(default_factory=dict)
     """arguments of the env core (e.g. {"map_name": "4x4", "slip": 0.1})"""
     policy: str = "tiny"
@@ -45,6 +45,9 @@ class TrainConfig:
     system: str = ""
     """an instruction put before the first observation of a text policy (tinylm, hf:PATH, smollm2), e.g. "Reply
     with pull[N] and nothing else."; a real LLM needs one to know the reply format (toy presets: must be empty)"""
+    reply_tokens: int = 0
+    """most tokens of a text policy's reply (tinylm, hf:PATH, smollm2), before think_max's room for reasoning; 0: the
+    policy's own (tinylm 8, hf 24). A reply that has not closed its action by then is parsed as it stands"""
     lora_r: int = 0
     """LoRA rank of an hf policy (hf:PATH, smollm2): only rank-r adapters on every linear layer train (alpha = 2 r,
     needs peft: pip install 'toyrl[lora]'); 0: every weight trains"""
