@@ -96,27 +96,33 @@ def test_gpu_bench_smollm2_runs_lora_and_full(monkeypatch, capsys, tmp_path):
 
 
 def test_smollm2_bench_report_structure(tmp_path, capsys):
-    """The SmolLM2 bench on a tiny random GPT-2 (hf:DIR): one run gives each phase's time and peak memory,
-    HFPolicy.generate beside model.generate, the update beside the forward, and both single-turn steps."""
+    """The SmolLM2 bench on a tiny random Llama (hf:DIR): each phase of the doors step has a time, a floor and their
+    ratio, the rollout and update totals are their phases' sums, the floor's rates are printed, and both
+    single-turn steps ran (or say why not)."""
     pytest.importorskip("transformers")
     from conftest import make_local_model
     from toyrl.lab.bench import smollm2
-    path = make_local_model(tmp_path / "m", "gpt2", chat=True, n_positions=2048)
-    m = smollm2.main(["--policy", f"hf:{path}", "--steps", "1", "--bc-steps", "0", "--threads", "1",
+    path = make_local_model(tmp_path / "m", "llama", chat=True)
+    m = smollm2.main(["--policy", f"hf:{path}", "--steps", "1", "--bc-steps", "1", "--threads", "1",
                       "--peer-steps", "1"])
-    assert set(m["peak_gb"]) == {"rollout", "update"} and all(v > 0.05 for v in m["peak_gb"].values())
-    assert m["gen_tok_s"] > 0 and m["hf_generate_tok_s"] > 0
-    assert m["gen_over_hf"] == pytest.approx(m["gen_tok_s"] / m["hf_generate_tok_s"])
-    assert m["update_over_forward"] == pytest.approx(m["update_s"] / m["forward_s"])
+    ph = m["phases"]
+    assert list(ph) == ["prefill", "decode", "rollout, outside the model", "forward (teacher-forced, with the loss)",
+                        "backward", "optimizer (AdamW)"]
+    assert all(t > 0 for t, _ in ph.values()) and all(f > 0 for k, (_, f) in ph.items() if "outside" not in k)
+    assert m["rollout_s"] == pytest.approx(sum(ph[k][0] for k in list(ph)[:3]))
+    assert m["rollout_floor"] == pytest.approx(ph["prefill"][1] + ph["decode"][1])
+    assert m["update_floor"] == pytest.approx(sum(ph[k][1] for k in list(ph)[3:]))
+    assert m["floor_100"] == pytest.approx(100 * (m["rollout_floor"] + m["update_floor"]))
+    assert m["batch"] == 16 and 0 < m["update_positions"] <= m["update_padded"] and len(m["success"]) == 1
+    assert set(m["peak_gb"]) == {"rollout", "update"} and m["gen_tok_s"] > 0 and m["hf_generate_tok_s"] > 0
     tr, toy = m["peer"]["trl"], m["peer"]["toyrl"]
     assert toy["step_s"] > 0 and toy["peak_gb"] > 0.05 and len(toy["prompts"]) == 2
-    assert 1 <= toy["reply_tokens"] <= smollm2.REPLY                 # the work behind the time: reply length
+    assert 1 <= toy["reply_tokens"] <= smollm2.REPLY
     assert ("error" in tr) != ("step_s" in tr)                   # a time and a peak, or why TRL did not run
-    assert "error" in tr or 1 <= tr["reply_tokens"] <= smollm2.REPLY
     out = capsys.readouterr().out
-    assert "| multi-turn rollout (8 turns at most) |" in out and "model.generate, same prompts" in out
-    assert "single-turn GRPO step, toyrl (own process)" in out and "TRL GRPOTrainer" in out
-    assert "tokens on average)" in out
+    assert "| phase (last RL step) | seconds | floor | ratio |" in out and "| **rollout** |" in out
+    assert "| **update** |" in out and "read bandwidth" in out and "GEMM GFLOPS" in out
+    assert "at the floor" in out and "single-turn GRPO step, toyrl (own process)" in out
     assert "load " in out and "1 thread(s)" in out
 
 

@@ -1,21 +1,24 @@
-"""Benchmark: a real pretrained LLM (SmolLM2-135M-Instruct) as the policy on CPU, beside ``model.generate`` and TRL.
+"""Benchmark: a real pretrained LLM (SmolLM2-135M-Instruct) as the policy on CPU, each phase of its RL step beside
+this machine's floor for it, measured in the same run.
 
-    toyrl bench smollm2 [--steps 1] [--bc-steps 8] [--lora-r 8] [--threads 2] [--no-peer]
+    toyrl bench smollm2 [--steps 2] [--bc-steps 4] [--lora-r 8] [--threads 2] [--no-peer]
 
-Setting: bandit_chain (4 stages, 4 arms, up to 8 turns), 2 tasks x 4 rollouts = batch 8, full context with the model's
-KV cache kept across turns (each turn feeds only the env's new tokens, ``toyrl.policies.hf.HFPast``), replies of
-up to 24 tokens, the instruction ``SYSTEM`` as the chat's system message, full fine-tune at lr 1e-5. From one run:
+Setting (``STEP``): doors (3 rooms, 3 colours, up to 6 turns), 2 tasks x 8 rollouts = batch 16, the model's KV
+cache kept across turns, replies of at most 8 tokens, rank-8 LoRA adapters at the policy's own learning rates,
+after a format warm start (``--bc-steps`` of behaviour cloning on random valid replies, ``bc_noise`` 1). From one run:
 
-- the format-valid turn rate (replies that parse as ``pull[N]``) before and after ``--bc-steps`` of behaviour
-  cloning on the expert's turns (at ``toyrl.train.optim.BC_LR``);
-- per multi-turn RL step (GRPO): the rollout and the update (recompute + backward + AdamW), each with its time and
-  its peak resident memory (``PhaseMeter``: the kernel's high-water mark, reset at the start of each phase);
-- sampling speed on one batch: ``HFPolicy.generate`` beside the model's own ``model.generate`` on the same 8 prompts,
-  24 new tokens each, no stop token, the same process and threads (tokens per second, best of two);
-- the update beside a teacher-forced forward (no gradient) of the same batch;
-- the same single-turn GRPO step (bandit_chain with one stage: one reply per episode) in toyrl and in TRL's
-  ``GRPOTrainer`` (same model, batch 2 x 4, 24-token replies, lr 1e-5, full fine-tune, no KL), each in its own
-  subprocess so each peak memory is its own (model load included), best step time of ``--peer-steps``.
+- the floor (``toyrl.lab.bench.floor``): GEMM FLOPS on the model's own linear shapes at the row counts the step
+  uses, and the read bandwidth over a buffer larger than the cache; each model call's floor is
+  max(FLOPs / rate, weight bytes / bandwidth), from its real (unpadded) positions;
+- per RL step, every phase with its time, its floor and their ratio: prefill (model calls of more than one new
+  token while rolling out), decode (one token a row), the rest of the rollout (sampling, the env, text), the
+  teacher-forced forward of the update (its loss included), the backward, the AdamW step; the update's padded
+  positions; 100 steps at the measured pace and at the floor's;
+- the format-valid turn rate before and after the warm start, and success per step;
+- peak resident memory of the rollout and of the update (``PhaseMeter``);
+- sampling speed on one batch: ``HFPolicy.generate`` beside the model's own ``model.generate``;
+- a single-turn GRPO step (bandit_chain with one stage) in toyrl and in TRL's ``GRPOTrainer`` (same model, batch
+  2 x 4, 24-token replies, lr 1e-5, full fine-tune, no KL), each in its own subprocess (``--no-peer`` skips it).
 
 Without the model it prints why and what to run (``toyrl models fetch smollm2``), and exits 0.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -32,14 +36,22 @@ from contextlib import contextmanager
 
 SYSTEM = ("You play a game of arms numbered from 0. Each turn, reply with exactly one action written as pull[N], "
           "where N is an arm number, and nothing else.")
-"""the instruction of the benchmark's runs (and of the slow end-to-end test)"""
+"""the instruction of the single-turn comparison's bandit runs (and of the slow end-to-end test)"""
 SETTING = dict(env="bandit_chain", policy="smollm2", system=SYSTEM, group_size=4, prompts_per_step=2,
                context="full", lr=1e-5)
-"""TrainConfig fields of the benchmark (batch 8; lr 1e-5: an RL step must not undo a pretrained model)"""
+"""TrainConfig fields of the single-turn comparison with TRL (batch 8; lr 1e-5: a full fine-tune of a pretrained
+model)"""
 SINGLE = dict(env_kwargs={"stages": 1}, max_turns=1)
-"""what turns the benchmark's episode into the single-turn step compared with TRL: one stage, one reply"""
+"""what turns SETTING's episode into the single-turn step compared with TRL: one stage, one reply"""
 REPLY = 24
-"""reply cap in tokens (the TextCodec's ``max_new`` for hf policies, and TRL's ``max_completion_length``)"""
+"""reply cap in tokens of the single-turn comparison and of the sampling-speed batch"""
+
+
+def step_setting() -> dict:
+    """TrainConfig fields of the multi-turn step the benchmark measures (doors, batch 16, LoRA r 8)."""
+    from toyrl.envs.doors import instruction
+    return dict(env="doors", env_kwargs={"rooms": 3, "colours": 3}, policy="smollm2", system=instruction(3),
+                prompts_per_step=2, group_size=8, reply_tokens=8, lora_r=8, bc_noise=1.0, context="full")
 
 
 def format_valid(ro) -> float:
@@ -131,40 +143,155 @@ def sampling_speed(tr, reps: int = 2) -> dict:
             "gen_over_hf": best["hf"] / best["toyrl"]}
 
 
-def measure(steps: int, bc_steps: int, lora_r: int = 0, seed: int = 0, policy: str = "smollm2",
+class StepClock:
+    """Every model call of an ``HFPolicy`` timed and costed by phase. The trainer's ``collect`` and
+    ``minibatch_loss`` set the phase; a decoder call feeding one token a row is "decode", more is "prefill" (in the
+    rollout) or "forward" (in the update); a head call belongs to the phase of the decoder call before it. For each
+    phase: seconds, FLOPs (linear, attention, head), weight bytes read, floor seconds, real and padded positions."""
+
+    def __init__(self, policy, dims, rates):
+        self.dims, self.rates, self.where, self.last = dims, rates, None, None
+        self.calls = {}
+        dec, head = policy._decoder, policy._head
+
+        def decoder(tokens, mask, position_ids, **kw):
+            T = tokens.shape[1]
+            new = mask[:, -T:].bool()
+            keys = mask.bool().long().cumsum(1)[:, -T:]                        # keys each new position sees
+            name = "decode" if self.where == "rollout" and T == 1 else \
+                "prefill" if self.where == "rollout" else self.where
+            self.last = name
+            t0 = time.perf_counter()
+            out = dec(tokens, mask, position_ids, **kw)
+            n = int(new.sum())
+            self._add(name, time.perf_counter() - t0, lin=dims.linear_flops(n),
+                      att=dims.attention_flops(int((keys * new).sum())), head=0.0, rows=n,
+                      bytes_read=dims.linear * dims.bytes_per_weight, padded=tokens.numel())
+            return out
+
+        def lm_head(h):
+            t0 = time.perf_counter()
+            z = head(h)
+            n = h.shape[:-1].numel()
+            self._add(self.last or "prefill", time.perf_counter() - t0, lin=0.0, att=0.0, head=dims.head_flops(n),
+                      rows=n, bytes_read=dims.head * dims.bytes_per_weight, padded=0)
+            return z
+        self._restore = lambda: (delattr(policy, "_decoder"), delattr(policy, "_head"))
+        policy._decoder, policy._head = decoder, lm_head
+
+    def close(self):
+        """Give the policy back its own methods."""
+        self._restore()
+
+    def _add(self, name, seconds, *, lin, att, head, rows, bytes_read, padded):
+        c = self.calls.setdefault(name, dict(seconds=0.0, floor=0.0, linear=0.0, attention=0.0, head=0.0,
+                                             positions=0, padded=0, calls=0))
+        c["seconds"] += seconds
+        c["floor"] += self.rates.floor(lin + att + head, rows, bytes_read)
+        c["linear"] += lin
+        c["attention"] += att
+        c["head"] += head
+        c["positions"] += rows if lin else 0
+        c["padded"] += padded
+        c["calls"] += 1
+
+    @contextmanager
+    def phase(self, where: str):
+        self.where = where
+        try:
+            yield
+        finally:
+            self.where = None
+
+    def reset(self):
+        self.calls = {}
+
+
+def measure(steps: int, bc_steps: int, lora_r: int = 8, seed: int = 0, policy: str = "smollm2",
             grad_ckpt: bool = False) -> dict:
-    """The multi-turn figures (see the module docstring) from one Trainer; ``grad_ckpt``: the model's blocks
-    recompute their activations in backward instead of keeping them (``TrainConfig.grad_ckpt``)."""
+    """The multi-turn figures (see the module docstring) of ``steps`` RL steps after ``bc_steps`` of format warm
+    start, from one Trainer; the last step's phases are reported. ``grad_ckpt``: the model's blocks recompute their
+    activations in backward (``TrainConfig.grad_ckpt``)."""
     import numpy as np
     import torch
-    from toyrl.rollout.play import recompute_logp
+    import toyrl.train.trainer as trainer_mod
     from toyrl.train import TrainConfig, Trainer
-    tr = Trainer(TrainConfig(**{**SETTING, "policy": policy}, lora_r=lora_r, grad_ckpt=grad_ckpt, bc_steps=bc_steps,
-                             steps=steps, seed=seed, progress=False))
-    out = {"valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns),
+    from .floor import Dims, Rates, adamw_bytes, backward_flops
+    tr = Trainer(TrainConfig(**{**step_setting(), "policy": policy, "lora_r": lora_r}, grad_ckpt=grad_ckpt,
+                             bc_steps=bc_steps, steps=steps, seed=seed, progress=False))
+    out = {"policy": policy, "valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns), "batch": tr.B,
            "lora_r": lora_r, "grad_ckpt": grad_ckpt}
     if bc_steps:
         t0 = time.perf_counter()
         out["bc_losses"] = tr.behaviour_clone(bc_steps)
         out["bc_s_per_step"] = (time.perf_counter() - t0) / bc_steps
         out["valid_after"] = format_valid(tr.sample())
-    meter, rollouts = PhaseMeter(), []
-    meter.watch(tr, "collect", "rollout")
+    dims = Dims.of(tr.policy.model)
+    B = tr.B
+    rates = Rates.measure(dims, rows=(B, 64, 256, 1024, 4096))
+    out["rates"] = {"gemm_gflops": {m: r / 1e9 for m, r in rates.gemm.items()}, "bandwidth_gbs": rates.bandwidth / 1e9}
+    clock = StepClock(tr.policy, dims, rates)
+    trainable = sum(p.numel() for p in tr.policy.parameters() if p.requires_grad)
+    meter, spent = PhaseMeter(), {"optimizer": 0.0, "forward": 0.0}
+    collect, mb_loss, step_fn = tr.collect, tr.minibatch_loss, trainer_mod.step_and_measure
+
+    def timed_collect():
+        with clock.phase("rollout"), meter.phase("rollout"):
+            return collect()
+
+    def timed_loss(*a, **kw):
+        t0 = time.perf_counter()
+        with clock.phase("forward"):
+            r = mb_loss(*a, **kw)
+        spent["forward"] += time.perf_counter() - t0
+        return r
+
+    def timed_opt(opt):
+        t0 = time.perf_counter()
+        r = step_fn(opt)
+        spent["optimizer"] += time.perf_counter() - t0
+        return r
+    tr.collect, tr.minibatch_loss = timed_collect, timed_loss
     meter.watch(tr, "update", "update")
-    collect = tr.collect
-    tr.collect = lambda: rollouts.append(collect()) or rollouts[-1]
-    rows = [tr.step() for _ in range(steps)]
-    med = lambda k: float(np.median([r[k] for r in rows]))           # noqa: E731
-    out.update(gen_s=med("time_rollout"), update_s=med("time_recompute") + med("time_update"),
-               tokens=med("tokens_generated"), valid_rl=med("format_valid_rate"), grad_norm=med("grad_norm"),
-               peak_gb=dict(meter.peak_gb))
-    out["tok_per_s"] = out["tokens"] / out["gen_s"] if out["gen_s"] else float("nan")
-    with torch.no_grad():                                   # the teacher-forced forward of the last batch, scoring
-        t0 = time.perf_counter()                            # the tokens the update scores
-        recompute_logp(tr.policy, rollouts[-1], tr.cfg.recompute, env_tokens=not tr.cfg.mask_env_tokens)
-        out["forward_s"] = time.perf_counter() - t0
-    out["update_over_forward"] = out["update_s"] / out["forward_s"]
-    out["projected_100"] = 100 * (out["gen_s"] + out["update_s"])
+    trainer_mod.step_and_measure = timed_opt
+    rows = []
+    try:
+        for _ in range(steps):
+            clock.reset()
+            spent.update(optimizer=0.0, forward=0.0)
+            rows.append(tr.step())
+    finally:
+        trainer_mod.step_and_measure = step_fn
+        clock.close()
+    r, c = rows[-1], clock.calls
+    fw = c.get("forward", {})
+    full = lora_r == 0
+    fwd_rows = max(fw.get("positions", 0), 1)
+    bwd_flops = backward_flops(fw.get("linear", 0.0), fw.get("attention", 0.0), fw.get("head", 0.0), full)
+    rollout_s = r["time_rollout"]
+    model_s = sum(c.get(k, {}).get("seconds", 0.0) for k in ("prefill", "decode"))
+    update_s = r["time_recompute"] + r["time_update"]
+    phases = {
+        "prefill": (c.get("prefill", {}).get("seconds", 0.0), c.get("prefill", {}).get("floor", 0.0)),
+        "decode": (c.get("decode", {}).get("seconds", 0.0), c.get("decode", {}).get("floor", 0.0)),
+        "rollout, outside the model": (rollout_s - model_s, 0.0),
+        "forward (teacher-forced, with the loss)": (spent["forward"], fw.get("floor", 0.0)),
+        "backward": (r["time_update"] - spent["optimizer"], bwd_flops / rates.rate(fwd_rows)
+                     + (fw.get("floor", 0.0) if grad_ckpt else 0.0)),
+        "optimizer (AdamW)": (spent["optimizer"], adamw_bytes(trainable) / rates.bandwidth),
+    }
+    names = list(phases)
+    rollout_floor = phases["prefill"][1] + phases["decode"][1]
+    update_floor = sum(phases[k][1] for k in names[3:])
+    out.update(phases=phases, rollout_s=rollout_s, rollout_floor=rollout_floor, update_s=update_s,
+               update_floor=update_floor, trainable=trainable,
+               update_positions=fw.get("positions", 0), update_padded=fw.get("padded", 0),
+               decode_calls=c.get("decode", {}).get("calls", 0),
+               success=[float(x["success_rate"]) for x in rows], valid_rl=float(np.mean([x["format_valid_rate"]
+                                                                                      for x in rows])),
+               tokens=r["tokens_generated"], peak_gb=dict(meter.peak_gb))
+    out["projected_100"] = 100 * (rollout_s + update_s)
+    out["floor_100"] = 100 * (rollout_floor + update_floor)
     out.update(sampling_speed(tr))
     return out
 
@@ -241,42 +368,68 @@ def peer(policy: str, path: str, steps: int, threads: int) -> dict:
     return out
 
 
-def report(m: dict, threads: int) -> str:
-    """The benchmark's printed lines, a markdown table of the figures the README quotes among them."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    lines = [f"SmolLM2-135M on bandit_chain, batch 8 (2 x 4), KV cache across turns, "
+def machine() -> str:
+    """The CPU's model name and core count (Linux: /proc/cpuinfo), e.g. 'AMD EPYC 7B13, 2 cores'."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def report(m: dict, threads: int, load: tuple) -> str:
+    """The benchmark's printed lines: the setting and the machine, then a markdown table of each phase beside its
+    floor (the table the README quotes), then the totals."""
+    rates = m["rates"]
+    gemm = ", ".join(f"{g:.0f} at {k} rows" for k, g in sorted(rates["gemm_gflops"].items()))
+    lines = [f"{m['policy']} on doors (3 rooms, 3 colours, {m['max_turns']} turns at most), batch {m['batch']} "
+             f"(2 x 8), KV cache across turns, replies <= 8 tokens, "
              f"{'LoRA r=' + str(m['lora_r']) if m['lora_r'] else 'full fine-tune'}"
-             f"{', gradient checkpointing' if m['grad_ckpt'] else ''}, {threads} thread(s), load {load:.2f}",
+             f"{', gradient checkpointing' if m['grad_ckpt'] else ''}",
+             f"machine: {machine()}; {threads} thread(s); load {load[0]:.2f} before, {load[1]:.2f} after",
+             f"floor measured now: GEMM GFLOPS on the model's linear shapes {gemm}; "
+             f"read bandwidth {rates['bandwidth_gbs']:.1f} GB/s",
              f"format-valid turns before the warm start: {m['valid_before']:.2f}"]
     if "valid_after" in m:
-        lines.append(f"after {len(m['bc_losses'])} BC steps ({m['bc_s_per_step']:.1f} s each, loss "
+        lines.append(f"after {len(m['bc_losses'])} format warm-start steps ({m['bc_s_per_step']:.1f} s each, loss "
                      f"{m['bc_losses'][0]:.2f} -> {m['bc_losses'][-1]:.2f}): {m['valid_after']:.2f}")
+    ratio = lambda t, f: f"{t / f:.1f}x" if f > 0 else "-"                       # noqa: E731
+    rows = [(k, f"{t:.2f}", f"{f:.2f}" if f > 0 else "-", ratio(t, f)) for k, (t, f) in m["phases"].items()]
+    rows.insert(3, ("**rollout**", f"{m['rollout_s']:.2f}", f"{m['rollout_floor']:.2f}",
+                    ratio(m["rollout_s"], m["rollout_floor"])))
+    rows.append(("**update**", f"{m['update_s']:.2f}", f"{m['update_floor']:.2f}",
+                 ratio(m["update_s"], m["update_floor"])))
     pk = m["peak_gb"]
-    rows = [(f"multi-turn rollout ({m['max_turns']} turns at most)", f"{m['gen_s']:.1f} s, {m['tok_per_s']:.1f} tok/s",
-             f"{pk['rollout']:.2f}"),
-            ("multi-turn update (recompute + backward + AdamW)", f"{m['update_s']:.1f} s", f"{pk['update']:.2f}"),
-            ("teacher-forced forward, same batch", f"{m['forward_s']:.1f} s "
-             f"(update = {m['update_over_forward']:.1f}x)", ""),
-            ("HFPolicy.generate, 8 x 24 tokens", f"{m['gen_tok_s']:.1f} tok/s ({m['gen_over_hf']:.2f}x generate)", ""),
-            ("model.generate, same prompts", f"{m['hf_generate_tok_s']:.1f} tok/s", "")]
+    lines += ["", "| phase (last RL step) | seconds | floor | ratio |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    pad, real = m["update_padded"], m["update_positions"]
+    waste = f" ({1 - real / pad:.0%} padding)" if pad else ""
+    lines += ["",
+              f"update: {real} real positions of {pad} computed{waste}; "
+              f"decode: {m['decode_calls']} calls; {m['tokens']:.0f} tokens generated; peak RSS rollout "
+              f"{pk.get('rollout', float('nan')):.2f} GB, update {pk.get('update', float('nan')):.2f} GB",
+              f"success per RL step: {', '.join(f'{x:.2f}' for x in m['success'])}; format-valid {m['valid_rl']:.2f}",
+              f"100 RL steps: {m['projected_100'] / 60:.0f} min at this pace; {m['floor_100'] / 60:.0f} min at the "
+              f"floor",
+              f"HFPolicy.generate {m['gen_tok_s']:.1f} tok/s, model.generate {m['hf_generate_tok_s']:.1f} tok/s "
+              f"({m['gen_over_hf']:.2f}x), {m['batch']} rows x {REPLY} tokens"]
     for name in ("toyrl", "trl"):
         p = m.get("peer", {}).get(name)
         if p is not None:
             label = f"single-turn GRPO step, {'toyrl' if name == 'toyrl' else 'TRL GRPOTrainer'} (own process)"
-            rows.append((label, f"{p['step_s']:.1f} s (replies {p.get('reply_tokens', float('nan')):.1f} tokens "
-                                f"on average)", f"{p['peak_gb']:.2f}") if "error" not in p
-                        else (label, f"not run: {p['error']}", ""))
-    lines += ["", "| what | time | peak RSS (GB) |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    lines.append(f"\nper RL step: {m['tokens']:.0f} tokens, format-valid {m['valid_rl']:.2f}, grad norm "
-                 f"{m['grad_norm']:.3g}; projected 100 steps: {m['projected_100'] / 60:.0f} min")
+            lines.append(f"{label}: {p['step_s']:.1f} s, replies {p.get('reply_tokens', float('nan')):.1f} tokens "
+                         f"on average, peak RSS {p['peak_gb']:.2f} GB" if "error" not in p
+                         else f"{label}: not run: {p['error']}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="toyrl bench smollm2", description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=1, help="multi-turn RL steps (medians are reported)")
-    p.add_argument("--bc-steps", type=int, default=8, help="behaviour-cloning steps of the warm start (0: none)")
-    p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: every weight trains)")
+    p.add_argument("--steps", type=int, default=2, help="multi-turn RL steps (the last one's phases are reported)")
+    p.add_argument("--bc-steps", type=int, default=4, help="format warm-start steps (0: none)")
+    p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (0: every weight trains)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, pinned")
     p.add_argument("--grad-ckpt", action="store_true", help="recompute the blocks' activations in backward")
     p.add_argument("--peer-steps", type=int, default=2, help="single-turn steps of toyrl and of TRL (best is reported)")
@@ -301,11 +454,13 @@ def main(argv=None) -> dict:
         print("RESULT " + json.dumps(r))
         return r
     from toyrl.policies.zoo import ZOO, resolve_model
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     m = measure(a.steps, a.bc_steps, a.lora_r, policy=a.policy, grad_ckpt=a.grad_ckpt)
     if not a.no_peer:
         path = resolve_model(a.policy) if a.policy in ZOO else a.policy[len("hf:"):]
         m["peer"] = peer(a.policy, str(path), a.peer_steps, a.threads)
-    print(report(m, torch.get_num_threads()))
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(report(m, torch.get_num_threads(), (load0, load1)))
     return m
 
 
