@@ -5,8 +5,9 @@ job function for the runner.
 
 Run as a script, this module pins the code stamp (``STAMP``) and registers ``PROBE`` in the ledger; the spawn
 workers run the script's top level again (as ``__mp_main__``), so they know the claim too. Imported by the tests,
-it changes nothing until ``pin()`` is called. ``PROBE`` is the ledger code around fast runs: GRPO vs RLOO, 6 steps
-on bandit_chain, about half a second a run. With ``KILL`` set in the environment to "ARM SEED PATH", that run
+it changes nothing until ``pin()`` is called. ``PROBE`` is the ledger code around runs that need no torch: each
+run pauses ``RUN_S`` seconds and returns a series drawn from a generator seeded by its arm and seed (the same run
+gives the same floats in any worker, in any order). With ``KILL`` set in the environment to "ARM SEED PATH", that run
 writes its process id to PATH and SIGKILLs its own worker (a death at a known run, as the out-of-memory killer
 would deal it); with ``GATE`` set to "ARM SEED PATH", that run waits while the file PATH exists (a job held busy
 until the test lets it go on).
@@ -19,10 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 import toyrl.lab.claims as ledger
 import toyrl.lab.runcache as rc
 from toyrl.cli import main
-from toyrl.lab.claims.spec import Claim, Test, run_job, success_metrics
+from toyrl.lab.claims.spec import SERIES_KEYS, Claim, Test, success_metrics
 
 STAMP = {"toyrl": "test", "source": "pinned-by-test_faults"}
 """the code stamp of every run here"""
@@ -30,6 +33,8 @@ KILL = "TOYRL_TEST_KILL_RUN"
 """environment variable naming the run that kills its worker: "ARM SEED PATH\""""
 GATE = "TOYRL_TEST_GATE_RUN"
 """environment variable naming the run that waits while a file exists: "ARM SEED PATH\""""
+RUN_S = 0.5
+"""how long a probe run takes (a pause: the job's time goes to its runs, not to the CPU the tests share)"""
 
 
 def _named(variable: str, arm: str, seed: int):
@@ -48,11 +53,13 @@ def probe_run(arm: str, seed: int, quick: bool) -> dict:
         os.kill(os.getpid(), signal.SIGKILL)
     while gate is not None and gate.exists():
         time.sleep(0.05)
-    series = run_job((PROBE.config(arm, quick), seed, None))
+    time.sleep(RUN_S)
+    rng = np.random.default_rng([list(PROBE.arms).index(arm), seed])
+    series = {k: rng.random(PROBE.steps).tolist() for k in SERIES_KEYS}
     return {"series": series, "metrics": success_metrics(series)}
 
 
-PROBE = Claim(name="fault_probe", claim="RLOO matches GRPO on an 6-step run (a test fixture)", source="test: none",
+PROBE = Claim(name="fault_probe", claim="two arms of seeded random series (a test fixture)", source="test: none",
               metric="final success", base=dict(env="bandit_chain", prompts_per_step=2, group_size=4),
               arms={"grpo": {}, "rloo": {"estimator": "rloo"}}, steps=6, quick_steps=6, metrics=success_metrics,
               tests=[Test("rloo - grpo, final success", "final_success", "rloo", "grpo")], measure=probe_run)
@@ -77,4 +84,4 @@ if __name__ in ("__main__", "__mp_main__"):                 # the driver and its
     pin()
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -1,11 +1,11 @@
 """Long jobs stop when asked, survive a dead worker and lose nothing (toyrl.lab.interrupts, workers, results).
 
-Each job test runs ``toyrl reproduce`` on the probe claim (tests/fault_jobs.py: 2 arms x 3 seeds of a 6-step run,
-2 spawn workers) in a session of its own, acts once a run is kept (a signal to the group or to the parent alone,
-SIGKILL to one worker, a second job on the same folder), and checks: the exit status; the time from the act to the
-exit; that no process the job started is left (their pids read from /proc while it ran: gone, or dead and waiting
-to be reaped by init); no traceback and no "leaked semaphore" warning unless a run failed; the one line it prints;
-and that every run it kept equals the same run of an uninterrupted job, float for float (timings aside).
+Each job test runs ``toyrl reproduce`` on the probe claim (tests/fault_jobs.py: 2 arms x 3 seeds of a short seeded
+run, 2 spawn workers) in a session of its own, acts once a run is kept (a signal to the group or to the parent
+alone, SIGKILL to one worker, a second job on the same folder), and checks: the exit status; the time from the act
+to the exit; that no process the job started is left (their pids read from /proc while it ran: gone, or dead and
+waiting to be reaped by init); no traceback and no "leaked semaphore" warning unless a run failed; the one line it
+prints; and that every run it kept equals the same run of an uninterrupted job, float for float (timings aside).
 """
 from __future__ import annotations
 

@@ -301,10 +301,12 @@ def _one_line(show):
 
 def main(argv=None) -> int:
     """Run a subcommand: 0 on success, 2 with one line for a bad name or value (or a results folder that cannot be
-    written), 1 for a failed run, 130 with one line on Ctrl-C and 143 on SIGTERM."""
-    from ..lab.interrupts import RunFailed, sigterm_raises
+    written), 1 for a failed run, 130 with one line on Ctrl-C and 143 on SIGTERM. As the process's entry point
+    (``argv`` None: the ``toyrl`` command, ``python -m toyrl``), a job that ended early ends the process at once
+    (``toyrl.lab.interrupts.end_process``)."""
+    from ..lab.interrupts import RunFailed, end_process, sigterm_raises
     from ..lab.results import FolderError
-    args = None
+    args, entry = None, argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["pretrain"]:                # its flags are pretrain's own: `toyrl pretrain --steps 10` as written
         return cmd_pretrain(argparse.Namespace(rest=argv[1:]))
@@ -318,11 +320,13 @@ def main(argv=None) -> int:
             return 2
         except RunFailed as e:
             print(f"{e.tracebacks()}toyrl: error: {e.summary()}", file=sys.stderr)
-            return 1
+            status = 1
         except KeyboardInterrupt as e:
             print(interrupted(args, e), file=sys.stderr)
-            return getattr(e, "exit_status", 130)
-
+            status = getattr(e, "exit_status", 130)
+    if entry:
+        end_process(status)
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,12 +17,16 @@ Both carry ``done`` of ``total`` runs finished and ``kept``, the folder that kee
 """
 from __future__ import annotations
 
+import atexit
+import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Callable, NamedTuple, Optional
 
-__all__ = ["Stopped", "RunFailed", "Failure", "StopOnSignal", "progress", "raised_why", "sigterm_raises", "SIGNALS"]
+__all__ = ["Stopped", "RunFailed", "Failure", "StopOnSignal", "progress", "raised_why", "sigterm_raises", "end_process",
+           "SIGNALS"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """the signals that stop a job"""
@@ -178,3 +182,16 @@ def sigterm_raises():
     finally:
         if signal.getsignal(signal.SIGTERM) == _raise_stopped:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def end_process(status: int) -> None:
+    """End this process with ``status`` once its exit handlers have run (multiprocessing's, Ray's, the job's), and
+    its output is flushed, skipping the interpreter's teardown of every module it imported: slow with torch loaded,
+    it would keep a stopped job's prompt waiting."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(status)

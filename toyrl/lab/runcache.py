@@ -13,16 +13,16 @@ A job that ends early (``toyrl.lab.interrupts``: ``Stopped`` by a signal, ``RunF
 kept and where; rerun with the same arguments, it computes only the others. Before its first run, ``run`` checks
 the folder's free space against the runs to do, sized as the entries already there (``check_room``).
 
-A run's **spec** is a JSON-able dict naming everything its result depends on (its full config and seed, and
-what the job adds, e.g. a claim's arm); its **code stamp** (``code_stamp``) the versions of toyrl, Python,
-torch and numpy and a hash of the package's source and of the shipped inputs runs read (``data/checkpoints``,
-``data/demos``, ``data/kb``). The file is ``<stamp id>-<spec hash>.json.gz``; an entry is used only if the spec
-and stamp it holds equal the run's (a changed config or any edit to the code means a new run). A file that
-cannot be read (truncated, corrupt: gzip's CRC catches a changed byte, or foreign) is named in one warning
-(``RunCacheWarning``) and its run computed again, which replaces it; temp files (``.NAME.XXXX.tmp``, left by a kill
-during a write) are never read. Two jobs that compute one run write the same file name, each whole. ``fresh=True`` (the CLI's ``--fresh`` / ``--no-resume``) reads nothing and
-rewrites every run's entry; ``prune()``, which each job calls once it is done, removes the entries of other code
-stamps (runs that would be computed again anyway).
+A run's **spec** is a JSON-able dict naming everything its result depends on (its full config and seed, and what the
+job adds, e.g. a claim's arm); its **code stamp** (``code_stamp``) the versions of toyrl, Python, torch and numpy
+and a hash of the package's source and of the shipped inputs runs read (``data/checkpoints``, ``data/demos``,
+``data/kb``). The file is ``<stamp id>-<spec hash>.json.gz``; an entry is used only if the spec and stamp it holds
+equal the run's (a changed config or any edit to the code means a new run). A file that cannot be read (truncated,
+corrupt: gzip's CRC catches a changed byte, or foreign) is named in one warning (``RunCacheWarning``) and its run
+computed again, which replaces it; temp files (``.NAME.XXXX.tmp``, left by a kill during a write) are never read.
+Two jobs that compute one run write the same file name, each whole. ``fresh=True`` (the CLI's ``--fresh`` /
+``--no-resume``) reads nothing and rewrites every run's entry; ``prune()``, which each job calls once it is done,
+removes the entries of other code stamps (runs that would be computed again anyway).
 
 Lossless: JSON writes a float as its shortest round-trip repr (NaN and infinities too), and a computed run is
 handed on in the form it was stored in (``put``: numpy values as plain numbers and lists, tuples as lists, dict

@@ -51,13 +51,12 @@ def _unwind(signum, frame):
 
 
 def _init_worker() -> None:
-    """One torch thread per worker process (set before any job runs)."""
+    """One torch thread per worker process, set before any job runs: torch imported later reads OMP_NUM_THREADS
+    (a job that needs no torch does not load it)."""
     os.environ["OMP_NUM_THREADS"] = "1"
-    try:
-        import torch
+    torch = sys.modules.get("torch")
+    if torch is not None:
         torch.set_num_threads(1)
-    except ImportError:                                       # a job that needs no torch
-        pass
 
 
 def _die_with_parent(parent: int) -> None:

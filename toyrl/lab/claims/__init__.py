@@ -62,8 +62,6 @@ SHIPPED_DIR = shipped_dir("claims")
 def _execute(job: tuple) -> dict:
     """Worker entry point (top level, so the spawn pool can import it): job = (claim, arm, seed, quick) ->
     {"metrics": per-run metrics, "series": the run's series, with its time_s and cpu_s}."""
-    import torch
-    torch.set_num_threads(1)
     name, arm, seed, quick = job
     c = CLAIMS[name]
     t0, c0 = time.perf_counter(), time.process_time()
