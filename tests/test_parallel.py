@@ -6,7 +6,7 @@ import json
 import pytest
 
 from toyrl.cli import main
-from toyrl.lab.parallel import BACKENDS, run_tasks
+from toyrl.lab.parallel import BACKENDS, iter_tasks, run_tasks
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
@@ -52,6 +52,20 @@ def _logs(d):
 
 
 NO_RAY = "Ray is not installed (optional extra: pip install 'toyrl[ray]')"
+
+
+@pytest.mark.skipif(not HAS_RAY, reason=NO_RAY)
+def test_ray_stopped_early_shuts_down_the_instance_it_started_without_waiting_for_its_tasks():
+    """Runs before the module's shared instance exists: the runner starts a local one, and leaving the loop early
+    shuts the instance down, its two 60 s tasks cancelled rather than waited for."""
+    import time
+    import ray
+    assert not ray.is_initialized()
+    tasks = iter_tasks(time.sleep, [0.0, 60.0, 60.0], workers=2, backend="ray", progress=False)
+    assert next(tasks) == (0, None)
+    t0 = time.monotonic()
+    tasks.close()
+    assert not ray.is_initialized() and time.monotonic() - t0 < 30
 
 
 @pytest.fixture(scope="module")

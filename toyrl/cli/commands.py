@@ -11,6 +11,11 @@ jobs through ``toyrl.lab.runcache`` (each finished run kept, so a rerun resumes)
 ``reproduce``, ``scorecard`` and ``precompute`` write under ``--out-dir`` or ``./toyrl-results/``, never into the
 shipped ``data/`` tree without ``--update-shipped`` (``toyrl.lab.results``).
 
+Ending early: Ctrl-C (SIGINT) exits 130 and SIGTERM 143, each with one line saying what is kept and how to resume
+(``toyrl.lab.interrupts``); a run that raised or whose worker died exits 1 with its traceback and one line naming
+it (``--keep-going``: the other runs first); a results folder in use by another job, read-only or full exits 2 in
+one line before any run.
+
 The parser is quick to build: heavy modules (torch) are imported by the command that needs them, and the
 ``train`` / ``sweep`` flags, which need ``TrainConfig`` and the registries, are added only when that subcommand
 is chosen (``LazyChoices``), so ``toyrl --help`` or a mistyped subcommand answers at once.
@@ -21,6 +26,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
 import warnings
 from dataclasses import asdict, replace
@@ -80,16 +86,19 @@ def cmd_train(args) -> int:
 
 def _sweep_one(job) -> dict:
     """One sweep run (a worker entry point): job = (config, log path) -> {"summary", "steps", "time_s", "log"},
-    ``log`` the text of the run log it wrote (kept in the run cache, so a reused run restores its file)."""
+    ``log`` the text of its run log (written to a private temp folder; the sweep writes it to the log path whole,
+    and keeps it in the run cache, so a reused run restores its file)."""
+    import tempfile
     import time
     import torch
     torch.set_num_threads(1)
     from ..train import train
     cfg, path = job
     t0 = time.perf_counter()
-    log = train(cfg, path)
-    return {"summary": summarize(log.rows), "steps": len(log.rows), "time_s": time.perf_counter() - t0,
-            "log": Path(path).read_text()}
+    with tempfile.TemporaryDirectory(prefix="toyrl-sweep-") as tmp:
+        log = train(cfg, Path(tmp) / Path(path).name)
+        text = (Path(tmp) / Path(path).name).read_text()
+    return {"summary": summarize(log.rows), "steps": len(log.rows), "time_s": time.perf_counter() - t0, "log": text}
 
 
 def sweep_line(k: int, n: int, path, res: dict, reused: bool) -> str:
@@ -126,21 +135,23 @@ def cmd_sweep(args) -> int:
         if key not in checked:                                # not depend on the seed: one Trainer per config
             checked.add(key)
             checked_trainer(cfg)
-    from ..lab.results import atomic_write
+    from ..lab.results import atomic_write, hold
     from ..lab.runcache import CACHE_DIR, RunCache
     cache = RunCache(out_dir / CACHE_DIR, fresh=args.fresh)     # each finished run is kept: a rerun resumes
     specs = [{"job": "sweep", "config": asdict(cfg)} for cfg, _ in jobs]
-    n_reused = len(cache.reusable(specs))
-    print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/"
-          + (f"; {cache.describe(n_reused, len(jobs))}" if n_reused else ""), flush=True)
-    runs = cache.run(_sweep_one, jobs, specs, workers=args.workers, backend=args.backend, address=args.ray_address,
-                     progress=False, desc="sweep")
-    for k, (i, res, reused) in enumerate(runs, 1):
-        path = Path(jobs[i][1])
-        if reused and (not path.is_file() or path.read_text() != res["log"]):
-            atomic_write(path, res["log"].encode())                  # the reused run's log, as it was written
-        print(sweep_line(k, len(jobs), path, res, reused), flush=True)
-    cache.prune()
+    with hold(out_dir, "toyrl sweep"):                          # one job per folder; FolderError before any run
+        n_reused = len(cache.reusable(specs))
+        print(f"sweep: {len(jobs)} runs on {args.workers} worker(s), backend {args.backend} -> {out_dir}/"
+              + (f"; {cache.describe(n_reused, len(jobs))}" if n_reused else ""), flush=True)
+        runs = cache.run(_sweep_one, jobs, specs, [Path(path).stem for _, path in jobs], workers=args.workers,
+                         backend=args.backend, address=args.ray_address, progress=False, desc="sweep",
+                         keep_going=args.keep_going)
+        for k, (i, res, reused) in enumerate(runs, 1):
+            path = Path(jobs[i][1])
+            if not path.is_file() or path.read_text() != res["log"]:
+                atomic_write(path, res["log"].encode())             # the run's log, whole
+            print(sweep_line(k, len(jobs), path, res, reused), flush=True)
+        cache.prune()
     return 0
 
 
@@ -258,34 +269,64 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def interrupted(args) -> str:
-    """The one line Ctrl-C prints: for ``train --out``, where the log so far is and how many rows it holds."""
+def interrupted(args, e=None) -> str:
+    """The one line Ctrl-C (or SIGTERM: "terminated") prints: for a job of many runs, how many are kept and how to
+    resume (``Stopped.progress``); for ``train --out``, where the log so far is and how many rows it holds."""
+    from ..lab.interrupts import Stopped
     from ..train.runlog import RunLog
+    word = "terminated" if getattr(e, "signum", None) == signal.SIGTERM else "interrupted"
+    if isinstance(e, Stopped) and e.total:
+        return f"toyrl: {word}; {e.progress()}"
     path = getattr(args, "out", None) if getattr(args, "command", None) == "train" else None
     try:
         with warnings.catch_warnings():                      # a torn last row is skipped, not news here
             warnings.simplefilter("ignore")
-            return f"toyrl: interrupted; the log so far is in {path} ({len(RunLog.load(path).rows)} rows)"
+            return f"toyrl: {word}; the log so far is in {path} ({len(RunLog.load(path).rows)} rows)"
     except (OSError, TypeError, ValueError):                 # no --out, no file yet, or not a run log
-        return "toyrl: interrupted"
+        return f"toyrl: {word}"
+
+
+def _one_line(show):
+    """``warnings.showwarning`` that prints a run cache's warning as one line ("toyrl: warning: ..."), others
+    as ``show`` does."""
+    from ..lab.runcache import RunCacheWarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RunCacheWarning):
+            print(f"toyrl: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+    return showwarning
 
 
 def main(argv=None) -> int:
-    """Run a subcommand: 0 on success, 2 with one line for a bad name or value, 130 with one line on Ctrl-C."""
-    args = None
+    """Run a subcommand: 0 on success, 2 with one line for a bad name or value (or a results folder that cannot be
+    written), 1 for a failed run, 130 with one line on Ctrl-C and 143 on SIGTERM. As the process's entry point
+    (``argv`` None: the ``toyrl`` command, ``python -m toyrl``), a job that ended early ends the process at once
+    (``toyrl.lab.interrupts.end_process``)."""
+    from ..lab.interrupts import RunFailed, end_process, sigterm_raises
+    from ..lab.results import FolderError
+    args, entry = None, argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["pretrain"]:                # its flags are pretrain's own: `toyrl pretrain --steps 10` as written
         return cmd_pretrain(argparse.Namespace(rest=argv[1:]))
-    try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
-    except UsageError as e:
-        print(f"toyrl: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(interrupted(args), file=sys.stderr)
-        return 130
-
+    with sigterm_raises(), warnings.catch_warnings():
+        warnings.showwarning = _one_line(warnings.showwarning)
+        try:
+            args = build_parser().parse_args(argv)
+            return args.func(args)
+        except (UsageError, FolderError) as e:
+            print(f"toyrl: error: {e}", file=sys.stderr)
+            return 2
+        except RunFailed as e:
+            print(f"{e.tracebacks()}toyrl: error: {e.summary()}", file=sys.stderr)
+            status = 1
+        except KeyboardInterrupt as e:
+            print(interrupted(args, e), file=sys.stderr)
+            status = getattr(e, "exit_status", 130)
+    if entry:
+        end_process(status)
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

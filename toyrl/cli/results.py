@@ -13,8 +13,9 @@ usage error before any work):
 A claim's, a card's or a run's files are written whole once its runs are done (``toyrl.lab.results.atomic_write``),
 so Ctrl-C leaves the previous ones as they were. ``reproduce`` and ``scorecard`` (and ``sweep``) also keep each
 finished run in ``<out dir>/.runcache/`` (``toyrl.lab.runcache``): rerun after a kill with the same arguments, they
-reuse those runs and compute the rest; ``--fresh`` (alias ``--no-resume``) recomputes everything. Heavy modules are
-imported inside the commands.
+reuse those runs and compute the rest; ``--fresh`` (alias ``--no-resume``) recomputes everything. While it runs a
+job holds its folder (``toyrl.lab.results.hold``): a second job on it, a read-only folder or a full disk is a
+one-line error, exit 2, before any run. Heavy modules are imported inside the commands.
 """
 from __future__ import annotations
 
@@ -55,12 +56,15 @@ def results_out(args, kind: str) -> Path:
 
 
 def add_backend_flags(p: argparse.ArgumentParser) -> None:
-    """--backend and --ray-address (toyrl.lab.parallel.run_tasks)."""
+    """--backend, --ray-address and --keep-going (toyrl.lab.parallel.run_tasks)."""
     from ..lab.parallel import BACKENDS
     p.add_argument("--backend", choices=BACKENDS, default="process",
-                   help="where the runs go: process (a local process pool, the default) or ray (Ray tasks)")
+                   help="where the runs go: process (local worker processes, the default) or ray (Ray tasks)")
     p.add_argument("--ray-address", default=None,
                    help="address of an existing Ray cluster (e.g. auto, ray://host:10001); default: a local instance")
+    p.add_argument("--keep-going", action="store_true",
+                   help="a run that raises or whose worker dies does not stop the others; the job still exits 1 "
+                        "at the end, naming it (a rerun retries it)")
 
 
 def add_resume_flag(p: argparse.ArgumentParser) -> None:
@@ -71,15 +75,17 @@ def add_resume_flag(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_scorecard(args) -> int:
+    from ..lab.results import hold
     from ..lab.scorecard import SETTINGS, run_scorecard
     choose("scorecard env", args.env, SETTINGS)
     seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
     out = results_out(args, "scorecard")
     print(f"scorecard: {args.env}, {seeds} seeds/cell, {'quick' if args.quick else 'full'}, {args.workers} "
           f"worker(s), backend {args.backend} -> {out}/", flush=True)
-    rec = run_scorecard(seeds=seeds, quick=args.quick, env=args.env, out_dir=out, workers=args.workers,
-                        backend=args.backend, address=args.ray_address, cells=args.cells, steps=args.steps,
-                        progress=sys.stderr.isatty(), fresh=args.fresh)
+    with hold(out, "toyrl scorecard"):                   # one job per folder; FolderError before any run
+        rec = run_scorecard(seeds=seeds, quick=args.quick, env=args.env, out_dir=out, workers=args.workers,
+                            backend=args.backend, address=args.ray_address, cells=args.cells, steps=args.steps,
+                            progress=sys.stderr.isatty(), fresh=args.fresh, keep_going=args.keep_going)
     for c in rec["cells"]:
         cr, fs = c["collapse_rate"], c["final_success"]
         print(f"{c['name']:42s} collapse {cr['mean']:.2f} [{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}]  final success "
@@ -109,15 +115,18 @@ def add_scorecard(sub) -> None:
 
 def cmd_reproduce(args) -> int:
     out = results_out(args, "claims")
-    from ..lab.claims import CLAIMS, SHIPPED_DIR, redraw, run_claims, write_readme
     if args.redraw:                                        # figures from the stored series, no runs
+        from ..lab.claims import CLAIMS, SHIPPED_DIR, redraw
         for name in [choose("claim", name, CLAIMS) for name in args.claims or list(CLAIMS)]:
             src = out if (out / f"{name}.json").exists() else SHIPPED_DIR      # the out dir's record, else shipped
             print(redraw(name, out, src))
         return 0
-    code = run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
-                      workers=args.workers, out_dir=out, progress=not args.no_progress, backend=args.backend,
-                      address=args.ray_address, fresh=args.fresh)
+    from ..lab.results import hold
+    with hold(out, "toyrl reproduce"):                    # one job per folder; FolderError before any run
+        from ..lab.claims import run_claims, write_readme
+        code = run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
+                          workers=args.workers, out_dir=out, progress=not args.no_progress, backend=args.backend,
+                          address=args.ray_address, fresh=args.fresh, keep_going=args.keep_going)
     if code == 0 and args.update_shipped and not args.no_readme:
         write_readme()                                     # the shipped table: data/claims (+ heldout/)
     return code

@@ -4,7 +4,8 @@
 - ``scorecard``: the stability scorecard (which design choices collapse, over seeds) with ``mi`` and ``plot``;
 - ``bench``: timings of the envs, the estimators and a training step;
 - ``demo``: ``toyrl demo``, a collapse and its fix;
-- ``parallel``: many runs on a process pool or Ray; ``results``: where results are written.
+- ``parallel``: many runs in this process, on spawn workers (``workers``) or Ray; ``interrupts``: how a job ends
+  early (a signal, a failed run); ``results``: where results are written, and a job's hold on its folder.
 
 Imported by their full names; nothing here is imported by ``import toyrl``.
 """

@@ -14,6 +14,7 @@ Measured: 3 seeds x 2 arms x 30 steps take about 22 s wall (37 CPU-s) with 2 wor
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -65,10 +66,12 @@ def _figure(series: dict, out: str, steps: int):
 
     ``series``: arm -> seed -> {"success_rate": (steps,), "obs_token_rate": (steps,)} (``run_job``'s series).
     """
+    import io
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from .claims.report import seed_band
+    from .results import atomic_write
     from .claims.spec import smooth
     from ..viz.plots import legend
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
@@ -88,7 +91,9 @@ def _figure(series: dict, out: str, steps: int):
                  f"GridWorld 4x4 random maps, GRPO after {DEMO_BASE['bc_steps']} BC steps, {steps} steps, "
                  f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]})\n"
                  "tiny policy sampling its whole vocabulary: env tokens masked vs unmasked in the loss", fontsize=9)
-    fig.savefig(out, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(out).suffix.lstrip(".") or "png", dpi=110)
+    atomic_write(out, buf.getvalue())                   # whole: Ctrl-C leaves the previous figure
     plt.close(fig)
     return fig
 

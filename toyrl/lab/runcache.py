@@ -9,15 +9,20 @@ Rerun with the same arguments, a job reuses every run whose spec and code stamp 
     for i, result, reused in cache.run(fn, jobs, specs, workers=2, desc="sweep"):
         ...                                          # reused runs first (job order), then the rest as they finish
 
-A run's **spec** is a JSON-able dict naming everything its result depends on (its full config and seed, and
-what the job adds, e.g. a claim's arm); its **code stamp** (``code_stamp``) the versions of toyrl, Python,
-torch and numpy and a hash of the package's source and of the shipped inputs runs read (``data/checkpoints``,
-``data/demos``, ``data/kb``). The file is ``<stamp id>-<spec hash>.json.gz``; an entry is used only if the spec
-and stamp it holds equal the run's (a changed config or any edit to the code means a new run). A file that
-cannot be read (a torn or foreign one) counts as missing, and temp files (``.NAME.XXXX.tmp``, left by a kill
-during a write) are never read. ``fresh=True`` (the CLI's ``--fresh`` / ``--no-resume``) reads nothing and
-rewrites every run's entry; ``prune()``, which each job calls once it is done, removes the entries of other code
-stamps (runs that would be computed again anyway).
+A job that ends early (``toyrl.lab.interrupts``: ``Stopped`` by a signal, ``RunFailed``) says how many runs it
+kept and where; rerun with the same arguments, it computes only the others. Before its first run, ``run`` checks
+the folder's free space against the runs to do, sized as the entries already there (``check_room``).
+
+A run's **spec** is a JSON-able dict naming everything its result depends on (its full config and seed, and what the
+job adds, e.g. a claim's arm); its **code stamp** (``code_stamp``) the versions of toyrl, Python, torch and numpy
+and a hash of the package's source and of the shipped inputs runs read (``data/checkpoints``, ``data/demos``,
+``data/kb``). The file is ``<stamp id>-<spec hash>.json.gz``; an entry is used only if the spec and stamp it holds
+equal the run's (a changed config or any edit to the code means a new run). A file that cannot be read (truncated,
+corrupt: gzip's CRC catches a changed byte, or foreign) is named in one warning (``RunCacheWarning``) and its run
+computed again, which replaces it; temp files (``.NAME.XXXX.tmp``, left by a kill during a write) are never read.
+Two jobs that compute one run write the same file name, each whole. ``fresh=True`` (the CLI's ``--fresh`` /
+``--no-resume``) reads nothing and rewrites every run's entry; ``prune()``, which each job calls once it is done,
+removes the entries of other code stamps (runs that would be computed again anyway).
 
 Lossless: JSON writes a float as its shortest round-trip repr (NaN and infinities too), and a computed run is
 handed on in the form it was stored in (``put``: numpy values as plain numbers and lists, tuples as lists, dict
@@ -30,14 +35,17 @@ import hashlib
 import json
 import platform
 import warnings
+import zlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from .interrupts import RunFailed, Stopped
 from .parallel import iter_tasks
-from .results import SHIPPED, atomic_write
+from .results import SHIPPED, atomic_write, check_room
 
-__all__ = ["CACHE_DIR", "FORMAT", "MISSING", "RunCache", "code_stamp", "tree_hash", "stamp_id", "spec_hash"]
+__all__ = ["CACHE_DIR", "FORMAT", "MISSING", "RunCache", "RunCacheWarning", "code_stamp", "tree_hash", "stamp_id",
+           "spec_hash", "run_label"]
 
 CACHE_DIR = ".runcache"
 """the cache folder's name inside a job's output folder"""
@@ -47,6 +55,10 @@ INPUTS = ("checkpoints", "demos", "kb")
 """folders of the shipped ``data/`` tree that runs read (warm starts, demonstrations, the search KB)"""
 MISSING = object()
 """what ``RunCache.get`` returns for a run with no usable entry"""
+
+
+class RunCacheWarning(UserWarning):
+    """An entry that cannot be read (its run is computed again); the CLI prints it in one line."""
 
 
 def _canonical(obj) -> str:
@@ -100,6 +112,12 @@ def spec_hash(spec: dict) -> str:
     return _digest(spec, 32)
 
 
+def run_label(spec: dict) -> str:
+    """What a run is, from its spec's plain values (its job's name aside), for messages.
+    Example: {"job": "reproduce", "claim": "c", "arm": "a", "seed": 3} -> "claim c, arm a, seed 3"."""
+    return ", ".join(f"{k} {v}" for k, v in spec.items() if k != "job" and isinstance(v, (str, int, float))) or "run"
+
+
 def _plain(obj):
     """JSON's fallback for a value it has no syntax for: numpy scalars and arrays (and tensors) by ``tolist()``
     (exact: a float64 or float32 becomes the Python float of the same value); anything else is a TypeError."""
@@ -140,8 +158,9 @@ class RunCache:
             return MISSING
         try:
             entry = json.loads(gzip.decompress(path.read_bytes()))
-        except (OSError, EOFError, ValueError) as e:          # a torn or foreign file: computed again
-            warnings.warn(f"run cache: ignoring unreadable {path.name} ({type(e).__name__})", stacklevel=3)
+        except (OSError, EOFError, ValueError, zlib.error) as e:     # truncated, corrupt or foreign: computed again
+            warnings.warn(f"run cache: ignoring unreadable {path} ({type(e).__name__}); its run is computed again",
+                          RunCacheWarning, stacklevel=3)
             return MISSING
         if (not isinstance(entry, dict) or entry.get("format") != FORMAT or "result" not in entry
                 or entry.get("code") != self.stamp or _canonical(entry.get("spec")) != _canonical(spec)):
@@ -169,19 +188,40 @@ class RunCache:
         """Indices of the specs with a usable entry."""
         return [i for i, spec in enumerate(specs) if self.get(spec) is not MISSING]
 
-    def run(self, fn: Callable, jobs: Sequence, specs: Sequence[dict], **kw) -> Iterator:
+    def run(self, fn: Callable, jobs: Sequence, specs: Sequence[dict], labels: Optional[Sequence[str]] = None,
+            **kw) -> Iterator:
         """Yield ``(i, result, reused)`` for every job: first the reused ones (job order), then ``fn(jobs[i])`` for
         the others as they finish (``toyrl.lab.parallel.iter_tasks`` with ``kw``; its bar counts the reused), each
-        stored before it is yielded, in its stored form (``put``). ``specs[i]`` names job ``i``'s run."""
+        stored before it is yielded, in its stored form (``put``). ``specs[i]`` names job ``i``'s run, ``labels[i]``
+        what it is in messages (default ``run_label(specs[i])``). ``Stopped`` and ``RunFailed`` count the runs kept
+        here (reused ones included) and name the folder; ``FolderError`` (before any run) for too little room."""
         jobs, specs = list(jobs), list(specs)
         if len(jobs) != len(specs):
             raise ValueError(f"specs: one per job expected, got {len(specs)} for {len(jobs)} jobs")
+        labels = [run_label(spec) for spec in specs] if labels is None else list(labels)
         done = self.reusable(specs)
         for i in done:
             yield i, self.get(specs[i]), True
         todo = sorted(set(range(len(jobs))) - set(done))
-        for j, result in iter_tasks(fn, [jobs[i] for i in todo], reused=len(done), **kw):
-            yield todo[j], self.put(specs[todo[j]], result), False
+        if todo and self.folder is not None:
+            check_room(self.folder.parent, self.estimate(len(todo)))
+        kept = len(done)
+        try:
+            for j, result in iter_tasks(fn, [jobs[i] for i in todo], reused=len(done), kept=self.folder,
+                                        labels=[labels[i] for i in todo], **kw):
+                stored = self.put(specs[todo[j]], result)
+                kept += 1
+                yield todo[j], stored, False
+        except (Stopped, RunFailed) as e:                     # where it was: count what is on disk
+            e.done, e.total, e.kept = kept, len(jobs), self.folder
+            if isinstance(e, RunFailed):
+                e.failures = [f._replace(index=todo[f.index]) for f in e.failures]
+            raise
+
+    def estimate(self, n: int) -> int:
+        """Bytes ``n`` more entries take, sized as the mean entry in the folder (0 with none there yet)."""
+        sizes = [p.stat().st_size for p in self.folder.glob("*.json.gz")] if self.folder.is_dir() else []
+        return n * sum(sizes) // len(sizes) if sizes else 0
 
     def prune(self) -> int:
         """Remove the entries of other code stamps (their runs would be computed again anyway); the count."""

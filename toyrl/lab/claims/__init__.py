@@ -62,8 +62,6 @@ SHIPPED_DIR = shipped_dir("claims")
 def _execute(job: tuple) -> dict:
     """Worker entry point (top level, so the spawn pool can import it): job = (claim, arm, seed, quick) ->
     {"metrics": per-run metrics, "series": the run's series, with its time_s and cpu_s}."""
-    import torch
-    torch.set_num_threads(1)
     name, arm, seed, quick = job
     c = CLAIMS[name]
     t0, c0 = time.perf_counter(), time.process_time()
@@ -210,14 +208,15 @@ def _usage(names, seeds: int) -> Optional[str]:
 
 def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_seed: int = 0, quick: bool = False,
                workers: int = 2, out_dir=None, readme=None, progress: bool = True, backend: str = "process",
-               address: Optional[str] = None, fresh: bool = False) -> int:
+               address: Optional[str] = None, fresh: bool = False, keep_going: bool = False) -> int:
     """Run the named claims (all if empty) on seeds first_seed .. first_seed + seeds - 1; returns the exit code.
 
     Unknown names (or seeds < 1) print one line to stderr and return 2, before anything is written. Results go
     to ``out_dir`` (default ``./toyrl-results/claims``); a claim's files there are replaced only once all its
     runs are done, and each run is kept in ``out_dir/.runcache/`` as it finishes: runs found there (same spec,
     same code stamp) are reused unless ``fresh``. ``readme``: a README whose claims table is then regenerated
-    from ``out_dir`` (default none); ``backend`` / ``address``: those of ``toyrl.lab.parallel.run_tasks``.
+    from ``out_dir`` (default none); ``backend`` / ``address`` / ``keep_going``: those of
+    ``toyrl.lab.parallel.run_tasks`` (a failed run leaves its claim unfinished; ``RunFailed`` names it).
     """
     names = list(names or CLAIMS)
     err = _usage(names, seeds)
@@ -242,8 +241,9 @@ def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_
     todo = {c.name: len(c.arms) * len(seed_list) for c in claims}
     reused = dict.fromkeys(todo, 0)
     runs = {c.name: {a: {} for a in c.arms} for c in claims}
-    for i, res, was_reused in cache.run(_execute, jobs, specs, workers=workers, backend=backend, progress=progress,
-                                        address=address, desc="reproduce"):
+    labels = [f"claim {name}, arm {arm}, seed {s}" for name, arm, s, _ in jobs]         # a failed run's name
+    for i, res, was_reused in cache.run(_execute, jobs, specs, labels, workers=workers, backend=backend,
+                                        progress=progress, address=address, desc="reproduce", keep_going=keep_going):
         name, arm, s, _ = jobs[i]
         runs[name][arm][s] = res
         todo[name] -= 1

@@ -156,12 +156,13 @@ def rebuild(out_dir, figure: bool = True, rule: Optional[str] = None) -> dict:
 def run_scorecard(*, seeds=10, quick: bool = False, env: str = "gridworld", out_dir=None, workers: int = 1,
                   backend: str = "process", address: Optional[str] = None, cells=None,
                   steps: Optional[int] = None, diag_every: int = 10, progress: bool = True,
-                  figure: bool = True, fresh: bool = False) -> dict:
+                  figure: bool = True, fresh: bool = False, keep_going: bool = False) -> dict:
     """Run the scorecard and write ``out_dir/scorecard.json``, ``out_dir/runs.json`` (every run's series)
     and ``out_dir/scorecard.png``; returns the record. ``seeds``: a count (seeds 0..N-1) or a list;
     ``cells``: see ``select_cells`` (the base cell first, for the marginal effects); ``steps``
     overrides the RL steps per run. With an ``out_dir``, runs in its ``.runcache/`` are reused unless ``fresh``
-    (``meta["runs_reused"]`` counts them)."""
+    (``meta["runs_reused"]`` counts them); ``keep_going``: a failed run does not stop the others
+    (``toyrl.lab.parallel.run_tasks``)."""
     from ..runcache import CACHE_DIR, RunCache
     grid = select_cells(cells)
     n_steps = steps or STEPS["quick" if quick else "full"]
@@ -175,8 +176,9 @@ def run_scorecard(*, seeds=10, quick: bool = False, env: str = "gridworld", out_
         print(f"scorecard: {cache.describe(n_reused, len(jobs))}", flush=True)
     t0 = time.time()
     results = [None] * len(jobs)
-    for i, res, _ in cache.run(run_one, jobs, specs, workers=workers, backend=backend, address=address,
-                               progress=progress, desc="scorecard"):
+    labels = [f"cell {cell_name(c)}, seed {s}" for c, s in pairs]
+    for i, res, _ in cache.run(run_one, jobs, specs, labels, workers=workers, backend=backend, address=address,
+                               progress=progress, desc="scorecard", keep_going=keep_going):
         results[i] = res
     runs: dict = {}
     for (c, s), res in zip(pairs, results):
