@@ -50,8 +50,12 @@ def _bar(total: int, progress: bool, desc: str, reused: int = 0):
 
 
 def _init_worker() -> None:
-    """One torch thread per worker process (set before any job runs)."""
+    """One torch thread per worker process, and the user's plug-in modules (``--import``, recorded in
+    ``TOYRL_IMPORT``) imported, before any job runs."""
     os.environ["OMP_NUM_THREADS"] = "1"
+    if os.environ.get("TOYRL_IMPORT"):
+        from ..plugins import load_environment
+        load_environment()
     try:
         import torch
         torch.set_num_threads(1)
