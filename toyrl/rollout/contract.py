@@ -268,13 +268,14 @@ def check_env(core_cls, env_kwargs: Optional[dict] = None, *, tasks: int = 4, gr
     _static(report, core_cls, required=True)
     core = _try(report, "__init__", lambda: core_cls(tasks * group_size, seed=seed, **(env_kwargs or {})))
     bad = _attributes(report, core) if core is not None else {"n_actions"}
-    if not bad & {"n_actions", "task_dim", "max_turns"}:
-        played = _episodes(report, core, tasks, group_size, seed) is not None
-        if played and "obs_vocab_size" not in bad and _tokens(report, core) and not report.missing:
-            _anchor(report, core, tasks, group_size, seed)
-        if played:
-            _text(report, core)
+    played = not bad & {"n_actions", "task_dim", "max_turns"} and _episodes(report, core, tasks, group_size,
+                                                                           seed) is not None
+    tokens = played and "obs_vocab_size" not in bad and _tokens(report, core)
+    if played:
+        _text(report, core)
     _static(report, core_cls, required=False)
+    if tokens and not report.missing:                                      # last: the anchor share
+        _anchor(report, core, tasks, group_size, seed)
     return report
 
 
