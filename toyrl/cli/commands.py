@@ -55,9 +55,11 @@ SUMMARY_KEYS = ("reward_mean", "success_rate", "reward_std", "zero_var_frac", "g
 
 
 def summarize(rows, last: int = 10) -> dict:
-    """Mean of the summary metrics over the last ``last`` rows."""
+    """Mean of the summary metrics over the last ``last`` rows (a metric no row logs, e.g. ratio_max where one
+    on-policy epoch fixes it, is left out)."""
     tail = rows[-last:]
-    return {k: sum(r.get(k) or 0.0 for r in tail) / max(len(tail), 1) for k in SUMMARY_KEYS}
+    return {k: sum(r.get(k) or 0.0 for r in tail) / max(len(tail), 1) for k in SUMMARY_KEYS
+            if any(k in r for r in tail) or k in ("reward_mean", "success_rate", "reward_std")}
 
 
 def cmd_envs(args) -> int:
@@ -78,6 +80,8 @@ def cmd_train(args) -> int:
     s = summarize(log.rows)
     print(f"{cfg.estimator}/{cfg.clip} on {cfg.env}, {cfg.steps} steps, seed {cfg.seed}: "
           + ", ".join(f"{k}={v:.3f}" for k, v in s.items()) + (f"  -> {args.out}" if args.out else ""))
+    if "by_construction" in log.meta:                      # said once, not logged as if measured
+        print("not logged: " + log.meta["by_construction"]["why"])
     return 0
 
 
