@@ -36,7 +36,7 @@ from .verl_credit import MULTI_TURN, _cfg, batch_from_verl
 from .verl_loader import load_core_algos
 
 __all__ = ["REQUIRES", "required_inputs", "turn_batch_from_verl", "toyrl_advantage", "verl_estimator",
-           "register_with_verl", "patch_compute_advantage"]
+           "register_with_verl", "patch_compute_advantage", "load_verl_trainer"]
 
 REQUIRES = {"gigpo": ("state_key",), "tree_grpo": ("node",)}
 """estimator -> the per-turn inputs it reads besides rewards and uid (with the ``needs`` of its registry entry)"""
@@ -200,6 +200,19 @@ def register_with_verl(names: Optional[tuple] = None, requires: Optional[dict] =
             core_algos.register_adv_est(key)(fn)
         out.append(key)
     return out
+
+
+def load_verl_trainer() -> Optional[tuple]:
+    """(verl.trainer.ppo.ray_trainer, verl.DataProto), or None where verl or what its trainer module imports
+    (``toyrl[verl-cpu]``) is absent."""
+    if load_core_algos() is None:
+        return None
+    try:
+        from verl import DataProto
+        from verl.trainer.ppo import ray_trainer
+    except Exception:
+        return None
+    return ray_trainer, DataProto
 
 
 _ORIGINAL: dict[str, Any] = {}
