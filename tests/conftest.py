@@ -4,8 +4,9 @@ Settings: one torch thread (the toy models are too small to gain from two, and t
 kernels and the suite share the machine's cores); matplotlib's Agg backend, chosen before any test
 module is imported, and every figure a test opens closed after it.
 
-Helpers (plain functions: ``from conftest import random_batch``):
-- ``random_batch``: a random valid TurnBatch with every optional field;
+Helpers (plain functions: ``from conftest import assert_close_to``; the random TurnBatch, the reference check and
+the estimator properties a user's code needs too are public: ``toyrl.testing``):
+- ``verl_loss_data``: random verl policy-loss inputs;
 - ``assert_close_to``: a tensor against hand-computed values;
 - ``fake_sweep``: a sweep (arm -> key -> (S, N) curves) of random numbers in [0, 1);
 - ``line_data``, ``bar_heights``, ``image_data``: what an Axes draws, to assert on the data a panel shows;
@@ -38,45 +39,7 @@ def _close_figures():
         sys.modules["matplotlib.pyplot"].close("all")
 
 
-# ---- batches and tensors --------------------------------------------------------------------------
-def random_batch(B: int = 12, H: int = 4, *, n_groups: int = 3, n_keys: int = 3, seed: int = 0,
-                 dtype=torch.float64, hash_keys: bool = False, optional: bool = True):
-    """B rollouts with 0..H turns each (row 0 has H); turn k = 1-3 policy tokens then 0-2 observation tokens."""
-    from toyrl.batch import TurnBatch
-    g = torch.Generator().manual_seed(seed)
-    n_turns = torch.randint(0, H + 1, (B,), generator=g)
-    n_turns[0] = H
-    lens_a = torch.randint(1, 4, (B, H), generator=g)
-    lens_o = torch.randint(0, 3, (B, H), generator=g)
-    T = int(((lens_a + lens_o) * (torch.arange(H)[None] < n_turns[:, None])).sum(1).max()) + 2
-    turn_id = torch.full((B, T), -1, dtype=torch.long)                          # (B, T)
-    pmask = torch.zeros(B, T, dtype=torch.bool)
-    for b in range(B):
-        t = 1                                           # one prompt token (turn 0, not policy)
-        turn_id[b, 0] = 0
-        for k in range(int(n_turns[b])):
-            turn_id[b, t:t + lens_a[b, k] + lens_o[b, k]] = k
-            pmask[b, t:t + lens_a[b, k]] = True
-            t += int(lens_a[b, k] + lens_o[b, k])
-    turn_mask = torch.arange(H)[None] < n_turns[:, None]                        # (B, H)
-    reward = torch.randint(0, 3, (B, H), generator=g).to(dtype) * turn_mask
-    keys = torch.randint(0, n_keys, (B, H), generator=g)
-    if hash_keys:
-        keys = keys * 0x1F3A5C7E9B2D4F61 + 12345          # 63-bit-ish hashes (wrapping)
-    kw = {}
-    if optional:
-        node = torch.randint(0, 2, (B, H), generator=g).cumsum(1) + \
-            10 * torch.arange(B // 3 + 1).repeat_interleave(3)[:B, None]
-        kw = dict(entropy=torch.rand(B, T, generator=g, dtype=dtype), values=torch.rand(B, H, generator=g, dtype=dtype),
-                  node=node, info_gain=torch.randn(B, H, generator=g, dtype=dtype),
-                  turn_signal=torch.randint(0, 2, (B, H), generator=g).to(dtype),
-                  void_turn=torch.rand(B, H, generator=g) < 0.2, ref_logp=-torch.rand(B, T, generator=g, dtype=dtype),
-                  task=torch.arange(B) % max(n_groups // 2, 1))
-    return TurnBatch(tokens=torch.zeros(B, T, dtype=torch.long), policy_mask=pmask, turn_id=turn_id,
-                     old_logp=-torch.rand(B, T, generator=g, dtype=dtype), turn_mask=turn_mask, turn_reward=reward,
-                     group=torch.arange(B) % n_groups, state_key=keys, **kw)
-
-
+# ---- tensors -------------------------------------------------------------------------------------------
 def verl_loss_data(seed: int, B: int = 6, L: int = 9, scale: float = 0.6):
     """Random verl policy-loss inputs (float64): old and new log-probs, advantages, a response mask with one full
     and one empty row, and importance weights in [0.5, 1.5) -> (old, logp, adv, mask, w), each (B, L)."""

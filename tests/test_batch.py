@@ -106,7 +106,8 @@ def test_discounted_returns():
 def test_anchor_index_never_mixes_groups():
     b = tiny(group=torch.tensor([0, 1]))
     idx, S = b.anchor_index()
-    assert S == 3 and idx[0, 0] != idx[1, 0] and idx[1, 1] == -1
+    assert S == 3 and idx[0, 0] != idx[1, 0] and idx[1, 1] == S          # invalid turns: the extra id S
+    assert torch.bincount(idx.flatten(), minlength=S + 1).tolist()[:S] == [1, 1, 1]
     b2 = tiny()
     idx2, S2 = b2.anchor_index()
     assert S2 == 2 and idx2[0, 0] == idx2[1, 0]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from conftest import random_batch
+from toyrl.testing import random_batch
 
 
 def test_random_batch_is_valid():

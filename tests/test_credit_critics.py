@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from conftest import random_batch
+from toyrl.testing import random_batch
 from toyrl.credit import (DoubleCritic, TurnCritic, archer, archer_losses, progress_loss, soft_update,
                           sweet_bt_loss, turn_gae, value_loss)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import random_batch
+from toyrl.testing import random_batch
 from toyrl.credit import ESTIMATORS, bilevel_gae, gae, turn_gae
 from toyrl.credit.base import place_at_turn_end, turn_end_pos, turn_ends
 from toyrl.credit.gae import gae_loop, gae_scan

@@ -6,7 +6,7 @@ from collections import defaultdict
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import random_batch
+from toyrl.testing import random_batch
 from toyrl.credit import ESTIMATORS, REFERENCE, anchor_index, gigpo, similarity_keys
 from toyrl.credit.gigpo import anchor_slots
 from toyrl.segments import dense_index

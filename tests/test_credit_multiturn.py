@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import random_batch
+from toyrl.testing import random_batch
 from toyrl.credit import REFERENCE, a2tgpo, a2tgpo_clip_eps, archer, empg, mt_grpo, rtpo, spa, sweet, tree_grpo
 
 T1 = torch.ones(1, 3, dtype=torch.bool)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import random_batch
+from toyrl.testing import assert_matches_reference, random_batch
 from toyrl.credit import ESTIMATORS, REFERENCE
 
 NEEDS = {  # keyword inputs some estimators need (placeholders, made per batch by ``kwargs``)
@@ -62,23 +62,18 @@ def test_every_registered_estimator_has_a_reference():
        hashed=st.booleans())
 def test_vectorized_equals_reference(name, seed, B, H, n_groups, hashed):
     b = random_batch(B, H, n_groups=n_groups, seed=seed, hash_keys=hashed)
-    for variant in [{}] + VARIANTS.get(name, []):
-        kw = kwargs(name, b, variant)
-        try:
-            got = ESTIMATORS[name](b, **kw)
-        except ValueError:                                                # e.g. gdpo on < 2 policy tokens
-            with pytest.raises(ValueError):
-                REFERENCE[name](b, **kw)
-            continue
-        want = REFERENCE[name](b, **kw)
-        assert got.shape == want.shape, (name, variant)
-        torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9, msg=f"{name} {variant}")
+    for variant in [{}] + VARIANTS.get(name, []):                     # a ValueError must come from both
+        assert_matches_reference(ESTIMATORS[name], REFERENCE[name], batches=[b], kwargs=kwargs(name, b, variant))
 
 
 def test_reference_catches_a_wrong_estimator():
-    """The comparison can fail: GRPO without the std division differs from the reference."""
+    """The comparison can fail: GRPO without the std division differs from the reference, and the public check
+    names the batch and the position."""
     b = random_batch(12, 3, seed=1)
     assert not torch.allclose(ESTIMATORS["grpo"](b, norm="mean"), REFERENCE["grpo"](b))
+    with pytest.raises(AssertionError, match=r"batch \d+ \(B=\d+, H=\d+, T=\d+\): differs from the reference at"):
+        assert_matches_reference(lambda b: ESTIMATORS["grpo"](b, norm="mean"), REFERENCE["grpo"])
+    assert assert_matches_reference(ESTIMATORS["gigpo"], REFERENCE["gigpo"]) == 24
 
 
 def test_float32_batch_within_rounding_of_the_reference():

@@ -1,11 +1,13 @@
-"""The estimator registry: every entry runs on a random batch, levels, missing fields, user registration."""
+"""The estimator registry: every entry runs on a random batch and passes the public property checks
+(toyrl.testing.check_estimator), which catch planted bugs; levels, missing fields, user registration."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from conftest import random_batch
+from toyrl.testing import random_batch
 from toyrl.credit import ESTIMATORS, register_estimator, token_advantages
+from toyrl.testing import check_estimator
 
 EXTRA = {  # keyword inputs some estimators need
     "remax": lambda b: {"baseline_reward": torch.rand(b.B, dtype=torch.float64)},
@@ -32,14 +34,35 @@ def test_every_estimator_runs_finite_with_right_shape(name):
     adv = est(b, **EXTRA.get(name, lambda b: {})(b))
     assert adv.shape == ((b.B, b.H) if est.level == "turn" else (b.B, b.T))
     assert torch.isfinite(adv).all()
-    tok = token_advantages(b, adv, est.level)
-    assert tok.shape == (b.B, b.T) and torch.equal(tok[~b.policy_mask], torch.zeros_like(tok[~b.policy_mask]))
-    if est.level == "turn":
-        assert torch.equal(adv[~b.turn_mask], torch.zeros_like(adv[~b.turn_mask]))
-    # degenerate batch: one rollout, all rewards equal, no valid turn in row 0
-    d = random_batch(1, 3, n_groups=1, seed=1)
-    d = d.replace(turn_mask=torch.zeros_like(d.turn_mask), turn_reward=torch.zeros_like(d.turn_reward))
-    assert torch.isfinite(est(d, **EXTRA.get(name, lambda b: {})(d))).all()
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in ESTIMATORS.items() if e.fn.__module__.startswith("toyrl.credit")))
+def test_every_builtin_estimator_passes_the_public_property_checks(name):
+    """toyrl.testing.check_estimator: shape, finite, masked, label and row invariance, groups of one, degenerate."""
+    check_estimator(name, kwargs=EXTRA.get(name))
+
+
+def test_the_property_checks_catch_planted_bugs():
+    def leaky(batch):
+        """Outcome on every turn index, the invalid ones too."""
+        return batch.outcome()[:, None].expand(-1, batch.H).clone()
+
+    def by_label(batch):
+        """The group id itself as the advantage: depends on how groups are numbered."""
+        return batch.group.double()[:, None] * batch.turn_mask
+
+    def first_row(batch):
+        """Row 0's outcome as everyone's baseline: depends on the order of the rollouts."""
+        R = batch.outcome()
+        return (R - R[0])[:, None] * batch.turn_mask
+
+    for fn, prop in ((leaky, "masked"), (by_label, "labels"), (first_row, "rows")):
+        est = register_estimator(f"test_{fn.__name__}", level="turn")(fn)
+        try:
+            with pytest.raises(AssertionError, match=f"test_{fn.__name__} {prop}"):
+                check_estimator(est)
+        finally:
+            ESTIMATORS.pop(f"test_{fn.__name__}")
 
 
 @pytest.mark.parametrize("name,field", [("empg", "entropy"), ("a2tgpo", "info_gain"), ("tree_grpo", "node"),

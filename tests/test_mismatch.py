@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import assert_figure_standard, line_data, random_batch
+from conftest import assert_figure_standard, line_data
+from toyrl.testing import random_batch
 
 from toyrl.objectives.rollout_correction import rollout_correction
 from toyrl.rollout.mismatch import PROB_BINS, ROW_KEYS, engine_mismatch, mismatch_row

@@ -17,7 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import assert_close_to, random_batch
+from conftest import assert_close_to
+from toyrl.testing import random_batch
 from toyrl.batch import NonFiniteError, check_finite
 from toyrl.credit import ESTIMATORS, dr_grpo, gpg, grpo, grpo_passk, rloo, warn_zero_variance
 from toyrl.objectives import CLIP_SCHEMES, LEVELS, policy_loss

@@ -109,8 +109,9 @@ def test_batch_from_verl_turns():
 
 @needs_verl
 def test_register_with_verl_multi_turn():
-    names = port.register_with_verl()
-    assert "toyrl_gigpo" in names and port.register_with_verl() == names          # idempotent
+    from toyrl.port.verl_advantage import register_with_verl as register_estimators
+    names = register_estimators()
+    assert "toyrl_gigpo" in names and register_estimators() == names          # idempotent
     fn = core.get_adv_estimator_fn("toyrl_gigpo")
     r, m, i = multi_turn(0)
     H = int(port.batch_from_verl(r, m, i).H)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import assert_close_to, random_batch
+from conftest import assert_close_to
+from toyrl.testing import random_batch
 from toyrl.objectives.rollout_correction import (
     CORRECTION_LEVELS, CORRECTIONS, RS_OPTIONS, correction_log_rho, correction_stats, masked_is, no_correction,
     off_policy_seq_mask, rejection_mask, rollout_correction, truncated_is)

@@ -142,3 +142,32 @@ def test_a_killed_training_run_loads(tmp_path):
     assert log.config["steps"] == 200 and log.config["group_size"] == 2 and log.meta["toyrl"] == toyrl.__version__
     steps = [r["step"] for r in log.rows]
     assert 3 <= len(steps) < 200 and steps == list(range(len(steps)))
+
+
+# ---- columns a config fixes ---------------------------------------------------------------------------------
+def test_one_on_policy_epoch_is_said_once_not_logged_as_measured(tmp_path):
+    """At the defaults the ratio is 1, clip 0 and KL 0 by construction: the header says so, the rows keep the
+    measured |ratio - 1| instead, and column() gives the constant; a second epoch measures them again."""
+    from toyrl.train import TrainConfig, train
+    from toyrl.train.runlog import ON_POLICY
+    kw = dict(env="bandit_chain", env_kwargs={"layout_seed": 0}, steps=2, prompts_per_step=2, group_size=4,
+              progress=False)
+    train(TrainConfig(**kw), str(tmp_path / "on.jsonl"))
+    log = RunLog.load(tmp_path / "on.jsonl")
+    assert "by_construction" in log.meta and "ratio_max" in log.meta["by_construction"]["columns"]
+    assert not any(k in r for r in log.rows for k in ON_POLICY)
+    assert all(r["onpolicy_ratio_err"] < 1e-5 for r in log.rows)
+    assert log.column("ratio_max").tolist() == [1.0, 1.0] and log.column("clip_frac").tolist() == [0.0, 0.0]
+    assert "undefined" in log.meta and np.isnan(log.column("template_mi")).all()     # think_max = 0: no reasoning
+    assert all("template_mi" not in r and 0 <= r["anchor_share"] <= 1 and r["group_size_min"] == 4 for r in log.rows)
+    two = train(TrainConfig(**kw, ppo_epochs=2, think_max=2))
+    assert "by_construction" not in two.meta and "undefined" not in two.meta
+    assert all("ratio_max" in r and "template_mi" in r and "onpolicy_ratio_err" not in r for r in two.rows)
+    assert any(r["ratio_max"] > 1 + 1e-4 or r["ratio_min"] < 1 - 1e-4 for r in two.rows)   # the second epoch moved
+
+
+def test_the_train_command_says_it_once(tmp_path, capsys):
+    from toyrl.cli.commands import main
+    assert main(["train", "--env", "bandit_chain", "--steps", "1", "--prompts", "2", "--group-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("by construction") == 1 and "ratio_max=" not in out and "clip_frac=" not in out

@@ -254,7 +254,7 @@ LAYERS = (
     ("toyrl.rollout",),
     ("toyrl.credit",),
     ("toyrl.objectives",),
-    ("toyrl.filters", "toyrl.diagnostics", "toyrl.collapse"),
+    ("toyrl.filters", "toyrl.diagnostics", "toyrl.collapse", "toyrl.plugins", "toyrl.testing"),
     ("toyrl.train",),
     ("toyrl.port",),
     ("toyrl.viz", "toyrl.lab"),

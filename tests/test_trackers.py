@@ -166,8 +166,8 @@ def test_a_trainer_run_with_logger_tensorboard_writes_events(tmp_path):
     steps, values = series(acc, "reward_mean")
     assert steps == [0, 1]
     np.testing.assert_array_equal(values, log.column("reward_mean").astype(np.float32))
-    H = len(log.rows[0]["clip_frac_turn"])
-    assert {f"clip_frac/turn_{h}" for h in range(H)} <= set(acc.Tags()["scalars"])
+    H = len(log.rows[0]["tokens_turn"])
+    assert {f"tokens/turn_{h}" for h in range(H)} <= set(acc.Tags()["scalars"])
     assert session_hparams(acc)["logger"] == "tensorboard" and session_hparams(acc)["steps"] == 2
     assert RunLog.load(tmp_path / "run.jsonl").rows == log.rows                   # the run log is unchanged
 
@@ -247,8 +247,8 @@ def test_wandb_logs_offline_from_the_trainer(offline_wandb):
     history = wandb_history(records)
     assert_history_is_the_log(history, log)
     assert [history[s]["reward_mean"] for s in (0, 1)] == list(log.column("reward_mean"))
-    H = len(log.rows[0]["clip_frac_turn"])
-    assert [history[1][f"clip_frac/turn_{h}"] for h in range(H)] == log.rows[1]["clip_frac_turn"]
+    H = len(log.rows[0]["tokens_turn"])
+    assert [history[1][f"tokens/turn_{h}"] for h in range(H)] == log.rows[1]["tokens_turn"]
     cfg = wandb_config(records)
     assert cfg["env"] == "bandit_chain" and cfg["steps"] == 2 and cfg["logger"] == "wandb"
 

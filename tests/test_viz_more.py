@@ -101,7 +101,9 @@ def test_compare_tiny():
 def test_plot_compare_names_the_setting():
     sweep = fake_sweep(["grpo", "gigpo", "loo_turn"], ["success_rate"], S=3, N=12)
     ax = prototype.plot_compare(sweep, "success_rate")
-    assert_curves_drawn(ax, arm_curves(sweep, "success_rate", smooth_w=5))
+    curves = arm_curves(sweep, "success_rate", smooth_w=5)
+    assert_curves_drawn(ax, {prototype.ARM_NAMES[a]: c for a, c in curves.items()})     # plain words, no code names
+    assert all("_" not in t for t in prototype.ARM_NAMES.values())
     assert_figure_standard(ax.figure, "BanditChain", "success rate")
 
 

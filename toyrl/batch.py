@@ -210,12 +210,11 @@ class TurnBatch:
         return dense_index(self.group)
 
     def anchor_index(self) -> tuple[torch.Tensor, int]:
-        """Dense anchor-state index (B, H) over (group, state_key) cells of valid turns; -1 on invalid turns.
-
-        Equal state keys in different groups never share an anchor (``segments.anchor_index``).
+        """Dense anchor-state index (B, H) over (group, state_key) cells of valid turns: the S anchors get
+        0..S-1 and every invalid turn the id S (``segments.anchor_index``), so ``bincount(idx.flatten(),
+        minlength=S + 1)`` counts the turns of each anchor. Equal state keys in different groups never share one.
         """
-        idx, S = anchor_index(self.group, self.state_key, self.turn_mask)
-        return idx.masked_fill_(~self.turn_mask, -1), S
+        return anchor_index(self.group, self.state_key, self.turn_mask)
 
     # ---- utilities ---------------------------------------------------------------------------
     def to(self, device) -> "TurnBatch":

@@ -10,7 +10,9 @@ Dimension legend: B rollouts, T token positions, H turns, S groups, N samples.
 - void-turn rate, format-valid rate, turns per episode (SimpleTIR, arXiv 2509.02479);
 - entropy of the policy tokens just before vs just after tool observations (ARPO, arXiv 2507.19849);
 - template diversity of the reasoning tokens: H(template) and MI(template; task) (RAGEN's collapse
-  signal: low MI means the reasoning no longer depends on the task).
+  signal: low MI means the reasoning no longer depends on the task);
+- GiGPO's anchor share: how many turns start from a state that recurs within their group (its step-level
+  groups; at 0 GiGPO is GRPO), and the rollouts per group.
 
 ``stability_report(batch, info)`` returns all of it as one flat run-log row. A value that cannot
 be measured (no entropy given, no observation tokens, no void-turn labels) is NaN. A training step
@@ -26,7 +28,7 @@ import torch
 
 from .batch import TurnBatch, token_to_turn, turn_to_token
 from .filters import group_reward_std
-from .segments import dense_index, pair_index, segment_count, segment_sum
+from .segments import anchor_recurrence, dense_index, pair_index, segment_count, segment_sum
 
 __all__ = ["reward_variance", "grad_norm_per_turn", "grad_norm_per_turn_proxy", "obs_boundary_masks",
            "turn_template_ids", "template_entropy_mi", "pool_loss_stats", "stability_report", "STATS_OVER",
@@ -227,7 +229,9 @@ def stability_report(batch: TurnBatch, info: Optional[dict] = None, *, reward: O
     turns that are not void; reasoning_mask (B, T) the tokens hashed into templates (default
     the policy tokens); the template's task is ``batch.task`` or else ``batch.group``.
     Keys: reward_mean, reward_std, zero_var_frac, entropy, entropy_pre_obs, entropy_post_obs,
-    void_turn_rate, void_traj_rate, format_valid_rate, turns_per_episode, template_entropy,
+    void_turn_rate, void_traj_rate, format_valid_rate, turns_per_episode, GiGPO's anchor statistics
+    (``segments.anchor_recurrence``: anchor_share, anchor_states_recur, anchor_group_mean, anchor_group_max),
+    the rollouts per group (group_size_min, group_size_mean), template_entropy,
     template_mi, template_entropy_turn; from ``info``: loss_pg, kl_ref, clip_frac, clip_frac_low,
     clip_frac_high, ratio_max, ratio_min, ratio_mean, approx_kl, ppo_kl and the per-turn lists
     clip_frac_turn, clip_frac_low_turn, ratio_max_turn, ratio_min_turn, ratio_mean_turn,
@@ -258,6 +262,10 @@ def stability_report(batch: TurnBatch, info: Optional[dict] = None, *, reward: O
     row["format_valid_rate"] = (float((format_valid.bool() & tm).sum()) / n_valid if n_valid else 0.0) \
         if format_valid is not None else NAN
     row["turns_per_episode"] = float(tm.sum(1).float().mean()) if batch.B else 0.0
+    row.update(anchor_recurrence(batch.group, batch.state_key, tm))          # GiGPO's step-level groups
+    g, S = dense_index(batch.group)
+    n = segment_count(g, S)                                                   # (S,) rollouts per group
+    row["group_size_min"], row["group_size_mean"] = int(n.min()), float(n.mean())
 
     ids, present = turn_template_ids(batch.tokens, pm if reasoning_mask is None else reasoning_mask, batch.turn_id, H)
     present &= tm

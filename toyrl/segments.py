@@ -11,13 +11,14 @@ Dimension legend: N rows (flattened samples), S segments.
     idx, S = dense_index(ids)                  # ids [7, 3, 7] -> idx [1, 0, 1], S = 2
     mean = segment_mean(x, idx, S)[idx]        # (N,) each row's segment mean
     cell, S = pair_index(group, key)           # segments of (group, key) pairs, e.g. GiGPO anchors
+    anchor_recurrence(group, state_key, turn_mask)["anchor_share"]   # turns GiGPO's step term reaches
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["dense_index", "pair_index", "anchor_index", "segment_sum", "segment_count", "segment_mean",
-           "segment_std", "segment_max", "segment_min", "first_index"]
+__all__ = ["dense_index", "pair_index", "anchor_index", "anchor_recurrence", "segment_sum", "segment_count",
+           "segment_mean", "segment_std", "segment_max", "segment_min", "first_index"]
 
 
 def dense_index(ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -64,6 +65,28 @@ def anchor_index(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.
     k = k * turn_mask.reshape(-1)                                             #       ... with key id 0
     cell, S = dense_index(g * K + k)                                          # the pair (g, k) as one integer
     return cell.view(B, H), S - int(not bool(turn_mask.all()))
+
+
+def anchor_recurrence(group: torch.Tensor, state_key: torch.Tensor, turn_mask: torch.Tensor) -> dict:
+    """How much GiGPO's step-level groups hold: its anchors are the (group, state_key) cells of valid turns.
+
+        anchor_share        = turns taken from an anchor that >= 2 turns of its group share / valid turns
+        anchor_states_recur = anchors holding >= 2 turns / anchors
+        anchor_group_mean   = valid turns / anchors (turns per anchor; 1: no state recurs, GiGPO = GRPO)
+        anchor_group_max    = the most turns one anchor holds
+
+    An anchor of one turn gets step advantage 0, so ``anchor_share`` is the share of turns GiGPO's step term
+    reaches. Every value is 0 when no turn is valid. Example: group [0, 0], keys [[1, 2], [1, 3]], all valid ->
+    anchors {1: 2 turns, 2: 1, 3: 1}: anchor_share 0.5, anchor_states_recur 1/3, anchor_group_mean 4/3, max 2.
+    """
+    idx, S = anchor_index(group, state_key, turn_mask)                        # (B, H), invalid turns: S
+    v = idx[turn_mask]                                                        # (N_valid,)
+    if v.numel() == 0:
+        return {"anchor_share": 0.0, "anchor_states_recur": 0.0, "anchor_group_mean": 0.0, "anchor_group_max": 0}
+    counts = torch.bincount(v, minlength=S)                                   # (S,) turns per anchor
+    return {"anchor_share": float((counts[v] >= 2).float().mean()),
+            "anchor_states_recur": float((counts >= 2).float().mean()),
+            "anchor_group_mean": v.numel() / S, "anchor_group_max": int(counts.max())}
 
 
 def segment_sum(x: torch.Tensor, idx: torch.Tensor, S: int) -> torch.Tensor:

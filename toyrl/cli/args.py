@@ -20,6 +20,7 @@ per KEY=VALUE of the same key (``--estimator-kwargs gamma=0.9 gamma=1`` gives tw
 A field type with no syntax here raises TypeError when the flags are built, so no field is skipped silently.
 ``field_error`` turns a config's ``ValueError`` into a one-line ``UsageError`` naming the field's flag, and
 ``AtLeast`` gives a hand-written int flag a lower bound (``add_argument("--steps", action=AtLeast, minimum=1)``).
+An env, estimator or clip name no registry holds is looked up in the installed plug-ins (``toyrl.plugins``) first.
 """
 from __future__ import annotations
 
@@ -301,18 +302,27 @@ def _names_in(value) -> list:
     return [] if value is None else list(value) if isinstance(value, (list, tuple, dict)) else [value]
 
 
+PLUGIN_FIELDS = ("env", "estimator", "clip")
+"""config fields whose names a plug-in can add (``toyrl.plugins``)"""
+
+
 def check_names(v: dict, names: dict, multi: bool = False) -> None:
     """UsageError naming the flag and the valid names if a value is not in its registry.
 
     ``names``: field -> (what the names are, registry[, is_valid]); ``is_valid`` replaces membership
-    (for patterns such as ``hf:PATH``). ``multi``: ``v`` holds lists of values."""
+    (for patterns such as ``hf:PATH``). ``multi``: ``v`` holds lists of values. A name of ``PLUGIN_FIELDS`` is
+    looked up in the installed entry points before it is refused, and the refusal says how to add one."""
     for field, (what, registry, *ok) in names.items():
         is_valid = ok[0] if ok else registry.__contains__
         for value in (v[field] if multi else [v[field]]):
             bad = [name for name in _names_in(value) if not is_valid(name)]
+            if bad and field in PLUGIN_FIELDS:
+                from ..plugins import hint, load_entry_points
+                load_entry_points()
+                bad, how = [name for name in bad if not is_valid(name)], f"; {hint(field, cli=True)}"
             if bad:
                 raise UsageError(f"--{field.replace('_', '-')}: unknown {what} {bad[0]!r}; valid {what}s: "
-                                 f"{', '.join(map(str, registry))}")
+                                 f"{', '.join(map(str, registry))}{how if field in PLUGIN_FIELDS else ''}")
 
 
 def to_argv(cfg) -> list:

@@ -1,5 +1,5 @@
 """The ``toyrl`` command line: ``toyrl envs | train | sweep | scorecard | demo | demos | reproduce | plot | compare |
-export | precompute | warmstart | doctor | grade | models | pretrain | bench``.
+export | precompute | warmstart | doctor | grade | models | check-env | pretrain | bench``.
 
 Every subcommand is a thin layer over library functions (``TrainConfig`` / ``train``). The flags of
 ``train`` and ``sweep`` are generated from the ``TrainConfig`` fields (``toyrl.cli.trainflags``): one flag per
@@ -39,6 +39,8 @@ from .runplot import add_run_commands
 from .doctor import add_doctor
 from .export import add_export
 from .models import add_models
+from .check_env import add_check_env
+from .imports import add_import_flag
 
 BENCHES = {"envs": "toyrl.lab.bench.envs", "credit": "toyrl.lab.bench.credit", "train": "toyrl.lab.bench.train",
            "smollm2": "toyrl.lab.bench.smollm2"}
@@ -59,18 +61,21 @@ SUMMARY_KEYS = ("reward_mean", "success_rate", "reward_std", "zero_var_frac", "g
 
 
 def summarize(rows, last: int = 10) -> dict:
-    """Mean of the summary metrics over the last ``last`` rows."""
+    """Mean of the summary metrics over the last ``last`` rows (a metric no row logs, e.g. ratio_max where one
+    on-policy epoch fixes it, is left out)."""
     tail = rows[-last:]
-    return {k: sum(r.get(k) or 0.0 for r in tail) / max(len(tail), 1) for k in SUMMARY_KEYS}
+    return {k: sum(r.get(k) or 0.0 for r in tail) / max(len(tail), 1) for k in SUMMARY_KEYS
+            if any(k in r for r in tail) or k in ("reward_mean", "success_rate", "reward_std")}
 
 
 def cmd_envs(args) -> int:
     import gymnasium as gym
 
     for name, (gym_id, core_cls) in ENVS.items():
-        env = gym.make(gym_id).unwrapped
-        doc = (env.__doc__ or "").strip().splitlines()[0]
-        print(f"{name:14s} {gym_id:22s} actions={env.action_space.n:<4d} {doc}")
+        env = gym.make(gym_id).unwrapped if gym_id is not None else core_cls
+        doc = ((env.__doc__ or "").strip().splitlines() or [""])[0]
+        n = env.action_space.n if gym_id is not None else core_cls(1).n_actions
+        print(f"{name:14s} {gym_id or '(plug-in core)':22s} actions={n:<4d} {doc}")
     return 0
 
 
@@ -81,6 +86,8 @@ def cmd_train(args) -> int:
     s = summarize(log.rows)
     print(f"{cfg.estimator}/{cfg.clip} on {cfg.env}, {cfg.steps} steps, seed {cfg.seed}: "
           + ", ".join(f"{k}={v:.3f}" for k, v in s.items()) + (f"  -> {args.out}" if args.out else ""))
+    if "by_construction" in log.meta:                      # said once, not logged as if measured
+        print("not logged: " + log.meta["by_construction"]["why"])
     return 0
 
 
@@ -214,6 +221,7 @@ def build_train(t: argparse.ArgumentParser) -> None:
     """``toyrl train``: one flag per TrainConfig field (imports toyrl.cli.trainflags, and so torch)."""
     from .trainflags import TRAIN_SYNTAX, add_train_flags
     t.epilog = TRAIN_SYNTAX
+    add_import_flag(t)                                     # before the fields: plug-ins' names are valid values
     add_train_flags(t)
     t.add_argument("--out", default=None, help="run log path (JSON lines)")
 
@@ -222,6 +230,7 @@ def build_sweep(s: argparse.ArgumentParser) -> None:
     """``toyrl sweep``: every TrainConfig field takes several values."""
     from .trainflags import SWEEP_SYNTAX, add_train_flags
     s.epilog = SWEEP_SYNTAX
+    add_import_flag(s)
     add_train_flags(s, multi=True)
     s.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)))
     s.add_argument("--out-dir", default="runs")
@@ -232,7 +241,9 @@ def build_sweep(s: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toyrl", description="Multi-turn agent RL, small enough to see.")
     sub = lazy_subparsers(p)
-    sub.add_parser("envs", help="list the environments").set_defaults(func=cmd_envs)
+    e = sub.add_parser("envs", help="list the environments")
+    add_import_flag(e)                                     # a plug-in's envs are listed too
+    e.set_defaults(func=cmd_envs)
     sub.add_parser("train", help="train one configuration, write a JSON-lines run log",
                    description="One flag per TrainConfig field, by its own name.").set_defaults(func=cmd_train)
     sub.add_parser("sweep", help="configurations x seeds in parallel processes, one log each",
@@ -259,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_warmstart(sub)
     add_doctor(sub)                                        # toyrl.cli.doctor
     add_models(sub)                                        # toyrl models fetch | list (toyrl.cli.models)
+    add_check_env(sub)                                     # toyrl check-env MODULE:CLASS (toyrl.cli.check_env)
     pt = sub.add_parser("pretrain", help="behaviour-clone TinyLM on data/demos/ -> data/checkpoints/tinylm.pt")
     pt.add_argument("rest", nargs=argparse.REMAINDER, help="arguments (see toyrl pretrain --help)")
     pt.set_defaults(func=cmd_pretrain)

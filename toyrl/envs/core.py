@@ -66,8 +66,19 @@ def parse_bracket_action(text: str) -> Optional[tuple[str, str]]:
 class BatchedCore:
     """N copies of an environment stepped together. Subclasses define the state arrays and dynamics.
 
-    Subclasses set ``self.state`` (dict of arrays, leading dim N) in ``reset`` and implement
-    ``sample_tasks``, ``reset``, ``step``, ``obs``, ``state_keys``, ``render_text``, ``parse_action``.
+    Everything the trainer reads (``docs/your_env.md``; ``toyrl.rollout.contract.CONTRACT``, which
+    ``toyrl check-env MODULE:CLASS`` runs on a core):
+    - ``__init__(num_envs, *, seed=None, **kwargs)`` calling this one, and setting the attributes ``n_actions``,
+      ``task_dim``, ``max_turns``; ``obs_vocab_size`` for toy policies;
+    - ``sample_tasks(rng, n)``; ``reset(tasks)``, keeping all state in ``self.state`` (``episode_state``);
+      ``step(actions)`` -> obs, reward, terminated, truncated, info (``end_turn`` counts the turn; a done copy
+      does not move and gets reward 0); ``state_keys()`` (``mix64`` of the canonical state);
+    - ``info["success"]`` always; a per-turn signal ``info["found"]`` / ``"right"`` / ``"contains_answer"`` and
+      ``info["void"]`` where the env has them;
+    - toy policies: ``prompt_tokens(i)``, ``obs_tokens(i)``; text policies: ``render_text(i)``,
+      ``parse_action(text, i)``, ``action_text(a, i)``;
+    - read by some methods only: ``privileged(i)`` (sweet), ``answer_action(i)`` (a2tgpo), ``memo(i)``
+      (bc_reasoning). ``obs()`` is read by the gymnasium wrapper only.
     """
 
     #: number of actions (excluding VOID)

@@ -52,11 +52,15 @@ def _unwind(signum, frame):
 
 def _init_worker() -> None:
     """One torch thread per worker process, set before any job runs: torch imported later reads OMP_NUM_THREADS
-    (a job that needs no torch does not load it)."""
+    (a job that needs no torch does not load it); then the user's plug-in modules (``--import``, recorded in
+    ``TOYRL_IMPORT``) are imported."""
     os.environ["OMP_NUM_THREADS"] = "1"
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)
+    if os.environ.get("TOYRL_IMPORT"):
+        from ..plugins import load_environment
+        load_environment()
 
 
 def _die_with_parent(parent: int) -> None:

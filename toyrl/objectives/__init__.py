@@ -17,12 +17,12 @@ from .ratios import LEVELS, clamp_log, log_ratio, pool, token_log_ratio
 from .rollout_correction import (CORRECTION_LEVELS, CORRECTIONS, RS_OPTIONS, Correction, correction_log_rho,
                                  correction_stats, masked_is, off_policy_seq_mask, rejection_mask, rollout_correction,
                                  tis_weights, truncated_is)
-from .schemes import CLIP_SCHEMES, LossContext, Scheme
+from .schemes import CLIP_SCHEMES, LossContext, Scheme, register_clip_scheme
 from .weighting import cispo, clip_cov, dro, gpg, kl_cov, sapo, vespo
 
 __all__ = [
     "policy_loss", "loss_mask", "turn_stats", "check_loss_inputs", "loss_stats", "CLIP_SCHEMES", "Scheme",
-    "LossContext", "AGGREGATIONS", "agg_weights", "aggregate",
+    "register_clip_scheme", "LossContext", "AGGREGATIONS", "agg_weights", "aggregate",
     "KL_ESTIMATORS", "kl_estimate", "LEVELS", "log_ratio", "token_log_ratio", "pool", "clamp_log", "tis_weights",
     "Clip", "clipped_surrogate", "ppo", "dual_clip", "loop", "sorl", "a2tgpo", "group_turn_zscore", "tis", "gmpo",
     "cispo", "sapo", "gpg", "clip_cov", "kl_cov", "dro", "vespo", "dppo_tv", "dppo_kl", "binary_kl",

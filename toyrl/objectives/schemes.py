@@ -47,7 +47,7 @@ from .divergence import dppo_kl, dppo_tv
 from .ratios import pool as _pool
 from .weighting import cispo, clip_cov, dro, gpg, kl_cov, sapo, vespo
 
-__all__ = ["Scheme", "CLIP_SCHEMES", "LossContext", "REQUIRED"]
+__all__ = ["Scheme", "CLIP_SCHEMES", "LossContext", "REQUIRED", "register_clip_scheme"]
 
 REQUIRED = None
 """The default of a hyperparameter the caller must give (a2tgpo's z)."""
@@ -151,3 +151,13 @@ CLIP_SCHEMES: dict[str, Scheme] = {
     "luspo": Scheme(ppo, "sequence", "seq-mean-token-sum"),
     "vespo": Scheme(vespo, "trajectory", hyper=dict(_VESPO), context=("logp", "token_log_ratio", "pool")),
 }
+
+
+def register_clip_scheme(name: str, scheme: Scheme) -> Scheme:
+    """Add ``scheme`` to ``CLIP_SCHEMES`` as ``name`` (registering a name again replaces it) and return it;
+    ValueError when ``scheme`` is no ``Scheme``. Example: register_clip_scheme("tight_ppo", Scheme(ppo,
+    hyper={"eps_low": 0.1, "eps_high": 0.1})) makes clip="tight_ppo" train."""
+    if not isinstance(scheme, Scheme):
+        raise ValueError(f"scheme must be a toyrl.objectives.Scheme, got {scheme!r}")
+    CLIP_SCHEMES[name] = scheme
+    return scheme

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..batch import TurnBatch, token_to_turn
+from ..credit.outcome import token_returns
 from .doctor_checks import CHECKS
 from .doctor_read import FORMATS, detect_format, from_dataproto, from_dict, from_trl, from_verl, load_batch, read
 from .doctor_view import SEVERITIES, DoctorView, Finding, run_edges
@@ -77,8 +78,10 @@ def report(view: DoctorView, findings: list) -> tuple[str, dict]:
 def verl_fields(batch: TurnBatch) -> dict:
     """A TurnBatch in verl's DataProto fields: prompts (tokens before the first policy token, left-padded),
     responses (the rest, right-padded), attention_mask, response_mask, token_level_rewards (each turn's reward on
-    its last policy token), uid, old_log_probs, rollout_log_probs (if any), obs_mask, __num_turns__ (2 H: H turns,
-    H - 1 env replies, + 1). Example: tokens [[1, 5, 7, 9]], policy [[0, 1, 0, 1]] -> prompts [[1]],
+    its last policy token), returns (their reward-to-go over the policy tokens, gamma 1), turn_scores (each row's
+    per-turn rewards, a list), uid, old_log_probs, rollout_log_probs (the engine's, else old_logp: what the
+    rollout sampled with), obs_mask, __num_turns__ (2 H: H turns, H - 1 env replies, + 1): every field the
+    doctor's checks read. Example: tokens [[1, 5, 7, 9]], policy [[0, 1, 0, 1]] -> prompts [[1]],
     responses [[5, 7, 9]], response_mask [[1, 0, 1]]."""
     B, T = batch.tokens.shape
     valid = batch.turn_id >= 0                                                # (B, T)
@@ -97,12 +100,15 @@ def verl_fields(batch: TurnBatch) -> dict:
     end_pos = token_to_turn(pos.float(), batch.turn_id, H, "max", m).long()   # (B, H) each turn's last one
     r = batch.turn_reward * (batch.turn_mask & has)
     rewards = torch.zeros(B, T, dtype=r.dtype).scatter_add_(1, end_pos, r)    # the turn's reward on its end
-    out = {"prompts": prompts, "responses": take(batch.tokens), "response_mask": take(batch.policy_mask).long(),
-           "attention_mask": torch.cat([p_in, inside], 1).long(), "token_level_rewards": take(rewards),
+    response_mask, token_rewards = take(batch.policy_mask).long(), take(rewards)
+    turn_scores = np.empty(B, dtype=object)                                   # the declared per-turn rewards
+    turn_scores[:] = [[float(x) for x in row[ok]] for row, ok in zip(batch.turn_reward, batch.turn_mask & has)]
+    out = {"prompts": prompts, "responses": take(batch.tokens), "response_mask": response_mask,
+           "attention_mask": torch.cat([p_in, inside], 1).long(), "token_level_rewards": token_rewards,
            "uid": np.array([f"g{int(g)}" for g in batch.group], dtype=object), "old_log_probs": take(batch.old_logp),
+           "rollout_log_probs": take(batch.rollout_logp if batch.rollout_logp is not None else batch.old_logp),
+           "returns": token_returns(token_rewards, response_mask, 1.0), "turn_scores": turn_scores,
            "__num_turns__": (2 * batch.num_turns()).numpy().astype(np.int32)}
-    if batch.rollout_logp is not None:
-        out["rollout_log_probs"] = take(batch.rollout_logp)
     if batch.obs_mask is not None:
         out["obs_mask"] = take(batch.obs_mask).long()
     return out

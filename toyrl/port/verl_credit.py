@@ -16,7 +16,7 @@ uuid strings); ``config`` may be a dict, an OmegaConf config or any object with 
 reads. Singleton groups follow verl here (GRPO: A = R / (1 + eps); RLOO, OPO, REINFORCE++-baseline:
 no baseline; GPG: alpha R / F; Pass@k raises ValueError), while ``toyrl.credit`` itself gives 0.
 
-``register_with_verl()`` adds toyrl's multi-turn estimators to verl's registry as ``toyrl_<name>``.
+``verl_advantage.register_with_verl()`` adds toyrl's multi-turn estimators to verl's registry as ``toyrl_<name>``.
 """
 from __future__ import annotations
 
@@ -28,10 +28,8 @@ import pandas as pd
 import torch
 
 from ..batch import TurnBatch, token_to_turn
-from ..credit import ESTIMATORS, token_advantages
 from ..credit.base import check, group_norm, masked_whiten
 from ..credit.gae import gae_scan
-from .verl_loader import load_core_algos
 from ..credit.outcome import dr_grpo, gpg, grpo_passk, opo, token_returns
 from ..segments import dense_index, segment_count
 
@@ -39,8 +37,7 @@ __all__ = [
     "compute_grpo_outcome_advantage", "compute_rloo_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage", "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_remax_outcome_advantage", "compute_opo_outcome_advantage", "compute_grpo_passk_outcome_advantage",
-    "compute_gpg_outcome_advantage", "compute_gae_advantage_return", "batch_from_verl", "register_with_verl",
-    "MULTI_TURN",
+    "compute_gpg_outcome_advantage", "compute_gae_advantage_return", "batch_from_verl", "MULTI_TURN",
 ]
 
 
@@ -297,48 +294,3 @@ def batch_from_verl(token_level_rewards: torch.Tensor, response_mask: torch.Tens
     return TurnBatch(tokens=torch.zeros(B, L, dtype=torch.long, device=dev), policy_mask=m, turn_id=turn_id,
                      old_logp=torch.zeros(B, L, dtype=token_level_rewards.dtype, device=dev),
                      turn_mask=turn_mask, turn_reward=reward, group=group, **kw)
-
-
-def _verl_adapter(name: str):
-    est = ESTIMATORS[name]
-
-    def compute_toyrl_advantage(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-        extra = dict(kwargs.pop("non_tensor_batch", None) or {})
-        extra.update(kwargs)
-        if name == "gigpo" and extra.get("state_key") is None:
-            raise ValueError("toyrl_gigpo needs state_key (B, H turns) as a keyword or in non_tensor_batch")
-        fields = {k: extra.pop(k) for k in list(extra) if k in _TURN_FIELDS + _TOKEN_FIELDS}
-        for k in ("batch", "reward_baselines", "sum_pi_squared", "old_log_probs", "rollout_is_weights"):
-            extra.pop(k, None)
-        batch = batch_from_verl(token_level_rewards, response_mask, index, **fields)
-        hyper = dict(_cfg(config, "toyrl_kwargs", None) or {})
-        adv = token_advantages(batch, est(batch, **hyper, **extra), est.level)
-        return adv, adv
-
-    compute_toyrl_advantage.__name__ = f"compute_toyrl_{name}_advantage"
-    compute_toyrl_advantage.__doc__ = f"toyrl '{name}' inside verl: {est.doc}"
-    return compute_toyrl_advantage
-
-
-_ADAPTERS: dict[str, Any] = {}
-
-
-def register_with_verl(names: Optional[tuple] = None) -> list[str]:
-    """Register toyrl's multi-turn estimators in verl's registry as ``toyrl_<name>``; [] if verl is absent.
-
-    Idempotent. Select with ``algorithm.adv_estimator=toyrl_gigpo``; hyperparameters come from
-    ``config.toyrl_kwargs`` (a dict), per-turn fields (state_key, node, ...) from keywords or
-    ``non_tensor_batch`` (verl's default ``compute_advantage`` passes only rewards, mask, index, config).
-    """
-    core_algos = load_core_algos()
-    if core_algos is None:
-        return []
-    out = []
-    for name in names or MULTI_TURN:
-        key = f"toyrl_{name}"
-        fn = _ADAPTERS.setdefault(key, _verl_adapter(name))
-        if core_algos.ADV_ESTIMATOR_REGISTRY.get(key) is not fn:
-            core_algos.ADV_ESTIMATOR_REGISTRY.pop(key, None)
-            core_algos.register_adv_est(key)(fn)
-        out.append(key)
-    return out

@@ -17,6 +17,7 @@ from ..credit import ESTIMATORS, NEEDS
 from ..envs import ENVS, make_core
 from ..filters import FILTERS, loop_abs_adv, starpo_s, t2po_resample, void_turn, zero_variance
 from ..objectives import CLIP_SCHEMES
+from .. import plugins
 from .build import check_grad_ckpt, check_policy_name, check_text_options
 from ..policies.toy import PRESETS
 from .kwargs import _is_number, _kind, check_kwargs, in_interval, keywords
@@ -105,9 +106,11 @@ def check_names(cfg) -> None:
     """Every registry name of ``cfg`` (env, estimator, clip, context, policy, filters, rollout, recompute,
     bc_optimizer) is one the registry holds."""
     for kind, name, valid in (("env", cfg.env, ENVS), ("estimator", cfg.estimator, ESTIMATORS),
-                              ("clip", cfg.clip, CLIP_SCHEMES), ("context", cfg.context, CONTEXTS)):
-        if name not in valid and not (kind == "context" and name is None):     # context None: the policy's own
-            raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+                              ("clip", cfg.clip, CLIP_SCHEMES)):
+        if plugins.unknown(kind, name, valid):                                 # entry points loaded first
+            raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}; {plugins.hint(kind)}")
+    if cfg.context not in CONTEXTS and cfg.context is not None:                 # context None: the policy's own
+        raise ValueError(f"unknown context {cfg.context!r}; valid: {', '.join(CONTEXTS)}")
     check_policy_name(cfg.policy)                         # "policy 'hf:/x': path /x does not exist"
     if not isinstance(cfg.filters, (list, tuple)):
         raise ValueError(f"filters must be a list of filter names, got {cfg.filters!r}")

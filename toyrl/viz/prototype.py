@@ -23,8 +23,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..credit import ESTIMATORS, register_estimator, token_advantages
-from ..port.verl_credit import batch_from_verl, compute_grpo_outcome_advantage
+from ..credit import ESTIMATORS, register_estimator
+from ..port.verl_advantage import verl_estimator
+from ..port.verl_credit import compute_grpo_outcome_advantage
 from ..port.verl_loader import load_core_algos
 from ..lab.results import atomic_write
 from ..train import TrainConfig, train
@@ -34,7 +35,7 @@ from .style import arm_color, figsize, font_size, subplots
 __all__ = ["RUNS_DIR", "compare", "save_sweep", "sweep_to", "sweep_precompute", "load_sweep", "curve_stats",
            "final_mean", "smooth", "arm_curves", "draw_curves", "arms_figure", "curve_panel", "verl_estimator",
            "load_verl", "register_in_verl", "loo_turn", "prototype_arms", "precompute", "toy_verl_inputs",
-           "plot_compare", "verl_advantage_panel", "show_verl_advantage_panel", "SETTING"]
+           "plot_compare", "ARM_NAMES", "verl_advantage_panel", "show_verl_advantage_panel", "SETTING"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs"
 """where precomputed sweeps live: data/runs/<topic>/<name>.json"""
@@ -156,16 +157,17 @@ def arm_curves(sweep: dict, key: str, arms=None, smooth_w: int = 1, x: str = "st
 
 
 def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylabel: str = "", *,
-                colors: Optional[dict] = None):
+                colors: Optional[dict] = None, names: Optional[dict] = None):
     """Draw ``arm_curves``' output on ``ax``: one line per arm in the arm's fixed colour (``colors[arm]`` where
     given, else ``style.arm_color``), labelled by arm, and its +- s.e. band, which shares the arm's legend entry
     (``plots.legend``; the legend, outside the data on the right, says in its title what the band is). Steps get
-    integer ticks."""
+    integer ticks. ``names``: the legend's words for an arm (default its name)."""
     from matplotlib.ticker import MaxNLocator
     for name, c in curves.items():
-        line, = ax.plot(c["x"], c["mean"], label=name, color=(colors or {}).get(name) or arm_color(name))
+        shown = (names or {}).get(name, name)
+        line, = ax.plot(c["x"], c["mean"], label=shown, color=(colors or {}).get(name) or arm_color(name))
         ax.fill_between(c["x"], c["mean"] - c["se"], c["mean"] + c["se"], alpha=0.2, color=line.get_color(),
-                        label=name)
+                        label=shown)
     n = sorted({c["n"] for c in curves.values()})
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -209,13 +211,22 @@ def final_mean(rows, last: int = 10) -> tuple[float, float]:
     return float(np.mean(per_seed)), float(np.std(per_seed))
 
 
+ARM_NAMES = {"grpo": "GRPO: one advantage per episode",
+             "gigpo": "GiGPO: plus groups of turns from one state",
+             "loo_turn": "prototype: leave-one-out, per-turn returns",
+             "my_loo_turn": "prototype: leave-one-out, per-turn returns"}
+"""the legend's plain words for the arms of the prototype comparison"""
+
+
 def plot_compare(sweep: dict, key: str = "reward_mean", *, w: int = 5, ax=None, arms=None, title: str = "",
-                 setting: str = SETTING):
-    """Mean +- s.e. over seeds of ``key`` for each arm; the default title names ``setting``; returns the axes."""
+                 setting: str = SETTING, names: Optional[dict] = None):
+    """Mean +- s.e. over seeds of ``key`` for each arm, labelled in ``names`` (default ``ARM_NAMES``); the
+    default title names ``setting``; returns the axes."""
     if ax is None:
         ax = subplots(size=figsize(8, 4), layout="constrained")[1]
     what = f"{label(key)} ({w}-step mean)"
-    draw_curves(ax, arm_curves(sweep, key, arms, w), title or _title(setting, what), "RL step", label(key))
+    draw_curves(ax, arm_curves(sweep, key, arms, w), title or _title(setting, what), "RL step", label(key),
+                names=ARM_NAMES if names is None else names)
     return ax
 
 
@@ -247,45 +258,20 @@ def _loo_turn(batch, *, gamma: float = 0.95):
 
 
 # ---- verl's signature ---------------------------------------------------------------------------
-def verl_estimator(name: str):
-    """A toyrl estimator (registered ``name``) with verl's advantage-estimator signature.
-
-        adv, ret = fn(token_level_rewards (B, L), response_mask (B, L), index=None, config=None, **kw)
-
-    Each run of response-mask 1s is one turn (``batch_from_verl``); hyperparameters come from
-    ``config["toyrl_kwargs"]`` or keywords. verl's ``register_adv_est(name)(fn)`` accepts it as is.
-    """
-    est = ESTIMATORS[name]
-
-    def compute_advantage(token_level_rewards, response_mask, index=None, config=None, **kw):
-        fields = {k: kw.pop(k) for k in list(kw) if k in ("state_key", "node", "info_gain", "turn_signal",
-                                                           "values", "void_turn", "entropy", "ref_logp")}
-        hyper = dict((config or {}).get("toyrl_kwargs", {}) if hasattr(config or {}, "get") else {})
-        hyper.update(kw)
-        batch = batch_from_verl(token_level_rewards, response_mask, index, **fields)
-        with torch.no_grad():
-            adv = token_advantages(batch, est(batch, **hyper), est.level)       # (B, L)
-        return adv, adv
-
-    compute_advantage.__name__ = f"compute_{name}_advantage"
-    compute_advantage.__doc__ = f"toyrl {name!r} with verl's signature: {est.doc}"
-    return compute_advantage
-
-
 def load_verl():
     """verl's ``verl.trainer.ppo.core_algos`` or None when verl (or one of its needs) is absent
     (ray is stubbed when missing: see ``toyrl.port.verl_loader``)."""
     return load_core_algos()
 
 
-def register_in_verl(name: str, core_algos=None) -> Optional[str]:
+def register_in_verl(name: str, core_algos=None, requires: tuple = ()) -> Optional[str]:
     """Register ``verl_estimator(name)`` in verl's registry as ``toyrl_<name>``; None without verl."""
     core_algos = core_algos if core_algos is not None else load_verl()
     if core_algos is None:
         return None
     key = f"toyrl_{name}"
     core_algos.ADV_ESTIMATOR_REGISTRY.pop(key, None)        # idempotent: re-running a cell re-registers
-    core_algos.register_adv_est(key)(verl_estimator(name))
+    core_algos.register_adv_est(key)(verl_estimator(name, requires))
     return key
 
 

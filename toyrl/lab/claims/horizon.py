@@ -103,10 +103,9 @@ def critic_probe(trainer) -> dict:
     """Reads the run log, samples nothing: the means over the last ``PROBE_EVERY`` rows (the steps since the last
     probe; NaN at step 0) of the critic's loss on each step's fresh batch before its update (``critic_loss``),
     |V - R| (``value_error``) and the mean importance ratio (``ratio_mean``)."""
-    rows = trainer.log.rows[-PROBE_EVERY:]
-    keys = ("critic_loss", "value_error", "ratio_mean")
-    return {k: float(np.mean([r[k] for r in rows])) if rows and all(k in r for r in rows) else float("nan")
-            for k in keys}
+    n = min(PROBE_EVERY, len(trainer.log.rows))             # column: a ratio one on-policy epoch fixes reads as 1
+    return {k: float(np.mean(trainer.log.column(k, strict=False)[-n:])) if n else float("nan")
+            for k in ("critic_loss", "value_error", "ratio_mean")}
 
 
 PROBES.setdefault("critic", critic_probe)      # spec.run_job looks probes up by name; this module adds its own

@@ -142,15 +142,12 @@ def train_seed(claim_name: str, seed: int) -> int:
 
 # ---- running one job ------------------------------------------------------------------------------
 def _recurrence(trainer) -> dict:
-    """GiGPO's anchor statistics on a fresh batch: share of anchor states visited >= 2 times in their
-    group, and share of turns taken from such a state."""
-    import torch
+    """GiGPO's anchor statistics on a fresh batch (``segments.anchor_recurrence``): share of anchor states
+    visited >= 2 times in their group, and share of turns taken from such a state."""
+    from ...segments import anchor_recurrence
     b = trainer.sample().batch
-    idx, S = b.anchor_index()
-    v = idx[b.turn_mask]
-    counts = torch.bincount(v, minlength=S).float()                               # (S,)
-    return {"recur_states": float((counts >= 2).float().mean()),
-            "recur_turns": float((counts[v] >= 2).float().mean())}
+    r = anchor_recurrence(b.group, b.state_key, b.turn_mask)
+    return {"recur_states": r["anchor_states_recur"], "recur_turns": r["anchor_share"]}
 
 
 PROBES = {"recurrence": _recurrence}
