@@ -15,7 +15,7 @@ import torch
 
 from toyrl.envs import ENVS
 from toyrl.objectives.rollout_correction import CORRECTIONS
-from toyrl.rollout.play import recompute_logp
+from toyrl.rollout.flatten import recompute_logp
 from toyrl.rollout.inference_engine import ENGINES
 from toyrl.train import TrainConfig, Trainer, train
 

@@ -137,7 +137,7 @@ def measure(steps: int, bc_steps: int, lora_r: int = 0, seed: int = 0, policy: s
     recompute their activations in backward instead of keeping them (``TrainConfig.grad_ckpt``)."""
     import numpy as np
     import torch
-    from toyrl.rollout.play import recompute_logp
+    from toyrl.rollout.flatten import recompute_logp
     from toyrl.train import TrainConfig, Trainer
     tr = Trainer(TrainConfig(**{**SETTING, "policy": policy}, lora_r=lora_r, grad_ckpt=grad_ckpt, bc_steps=bc_steps,
                              steps=steps, seed=seed, progress=False))
