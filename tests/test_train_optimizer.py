@@ -1,4 +1,4 @@
-"""The optimizer around the RL update (issue 30): the update norm beside the gradient norm, AdamW's momentum
+"""The optimizer around the RL update: the update norm beside the gradient norm, AdamW's momentum
 moving a policy whose gradient is exactly zero and the ``skip_zero_adv`` switch that stops it, RL continuing the
 behaviour-cloning AdamW (``bc_optimizer``) and the linear lr warmup (``lr_warmup``, ``warmup_lr``)."""
 import copy
@@ -74,7 +74,7 @@ def test_momentum_moves_a_zero_gradient_policy_unless_the_step_is_skipped():
     keys = list(off0)                                        # new keys after the old ones; only the engine's later
     i = keys.index("update_norm")
     assert keys[i:i + 3] == ["update_norm", "update_norm_mean", "skipped_update"]
-    assert keys[i + 3:] and all(k.startswith("engine_") for k in keys[i + 3:])   # (issue 25) columns follow them
+    assert keys[i + 3:] and all(k.startswith("engine_") for k in keys[i + 3:])   # the engine columns follow them
     for r in (off1, on1):
         assert r["adv_abs_mean"] == 0.0 and r["zero_var_frac"] == 1.0 and r["grad_norm"] == 0.0
     assert off1["skipped_update"] == 0 and off1["update_norm"] > 0.01            # the drift: measured 0.24 (seed 3)
