@@ -273,7 +273,7 @@ class Trainer:
                         for g in self.opt.param_groups:
                             g["lr"] = warmup_lr(self.version, cfg.lr, cfg.lr_warmup)
                     with torch.no_grad():
-                        moved = step_and_measure(self.opt)          # AdamW: read from its state, no weight copy
+                        moved = step_and_measure(self.opt)          # AdamW step, and how far it moved
                     self.version += 1
                 out["update_norms"].append(moved)
                 out["t_fwd"], out["t_bwd"] = out["t_fwd"] + tb - ta, out["t_bwd"] + time.perf_counter() - tb
