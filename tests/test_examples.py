@@ -2,16 +2,23 @@
 on a fixed seed within a few steps; GiGPO's file reuses GRPO's loop and swaps only the advantage."""
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-sys.path.insert(0, str(EXAMPLES))
 
-import gigpo_gridworld  # noqa: E402
-import grpo_gridworld  # noqa: E402
+
+def example(name: str):
+    """The module examples/NAME.py, imported as a script beside its siblings would import it."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return importlib.import_module(name)
+
+
+grpo_gridworld, gigpo_gridworld = example("grpo_gridworld"), example("gigpo_gridworld")
 
 STEPS = 20
 
