@@ -1,4 +1,4 @@
-"""Every rollout engine mode at its default strength, with and without each rollout correction (issue 25's table).
+"""Every rollout engine mode at its default strength, with and without each rollout correction.
 
 One setting, fixed before any run and not tuned: GRPO on notebook 12's BanditChain (3 stages x 4 arms, one fixed
 layout, P=4 x G=8, lr 1e-2; ``toyrl.viz.engine.engine_config``), ``--steps`` RL steps, seeds 0..n-1, one torch

@@ -1,4 +1,4 @@
-"""Every bad input caught up front (issue 19, item 2): ``TrainConfig.validate`` raises a ValueError naming
+"""Every bad input caught up front: ``TrainConfig.validate`` raises a ValueError naming
 the field (names, ranges, the keys and value types of every ``*_kwargs`` dict); the CLI turns it into one
 line naming the flag, exit code 2, before any work; Ctrl-C is one line and exit code 130; ``train --help``
 lists the valid names of every registry flag."""

@@ -8,7 +8,6 @@ from hypothesis import given, settings, strategies as st
 
 from toyrl.testing import random_batch
 from toyrl.credit import ESTIMATORS, REFERENCE, anchor_index, gigpo, similarity_keys
-from toyrl.credit.gigpo import anchor_slots
 from toyrl.segments import dense_index
 
 
@@ -132,41 +131,10 @@ def test_anchor_index_matches_dict_on_colliding_keys(seed, kind):
     idx, S = anchor_index(group, keys, mask)
     want = _dict_partition(group, keys, mask)
     assert _index_partition(idx, S, mask) == want
-    for bits, rounds in ((None, 8), (2, 3), (1, 0), (6, 1)):                # tiny tables: every slot collides
-        ids, S2 = anchor_slots(group, keys, mask, table_bits=bits, rounds=rounds)
-        assert S2 == S and _index_partition(ids, S2, mask) == want
 
 
-@settings(deadline=None, max_examples=25)
-@given(seed=st.integers(0, 10_000), B=st.integers(1, 40), H=st.integers(1, 6), n_keys=st.integers(1, 6),
-       bits=st.sampled_from([None, 1, 2, 4]), rounds=st.integers(0, 4))
-def test_anchor_slots_partition_equals_anchor_index(seed, B, H, n_keys, bits, rounds):
-    """The hash table's anchors are segments.anchor_index's, whatever the table size and probing rounds."""
-    g = torch.Generator().manual_seed(seed)
-    group = torch.randint(0, 5, (B,), generator=g) * 1000 - 7
-    keys = torch.randint(0, n_keys, (B, H), generator=g) * 0x1F3A5C7E9B2D4F61
-    mask = torch.rand(B, H, generator=g) < 0.7
-    i1, S1 = anchor_index(group, keys, mask)
-    i2, S2 = anchor_slots(group, keys, mask, table_bits=bits, rounds=rounds)
-    assert S1 == S2 and (i2[~mask] == S2).all() and (i2[mask] < S2).all()
-    assert len(set(zip(i1[mask].tolist(), i2[mask].tolist()))) == S1          # a bijection of the cells
-    if S2:
-        assert set(i2[mask].tolist()) == set(range(S2))                       # dense ids 0..S-1
-    from toyrl.credit.gigpo import _slots                                     # GiGPO's own numbering
-    i3, n = _slots(dense_index(group)[0], keys, mask, bits, rounds)
-    i3 = i3.long().view(B, H)
-    assert len(set(zip(i1[mask].tolist(), i3[mask].tolist()))) == S1 and (i3 < n).all()
-    if (~mask).any():                                                         # one id of their own
-        assert len(set(i3[~mask].tolist())) == 1 and not set(i3[~mask].tolist()) & set(i3[mask].tolist())
-
-
-def test_anchor_slots_hand_case():
-    ids, S = anchor_slots(torch.tensor([0, 1]), torch.tensor([[5, 7], [5, 5]]), torch.tensor([[1, 1], [1, 0]]).bool())
-    assert S == 3 and ids[1, 1] == 3 and sorted(ids.view(-1)[:3].tolist()) == [0, 1, 2]
-
-
-def test_gigpo_bit_equal_to_sorted_anchor_numbering():
-    """Renumbering the anchors (hash slots instead of sorted pairs) leaves every advantage bit-identical."""
+def test_gigpo_is_its_equation_over_anchor_index_cells():
+    """gigpo equals A^E + A^S written out with group_norm over segments.anchor_index's cells, bit for bit."""
     from toyrl.credit.base import group_norm
     from toyrl.lab.bench.credit import make_batch
     from toyrl.batch import discounted_returns
@@ -220,16 +188,3 @@ def test_bench_seed_loop_computes_gigpo():
     assert len(want) == int(b.turn_mask.sum())
     for (i, k), v in want.items():
         assert abs(float(got[i, k]) - v) < 1e-9
-
-
-def test_anchor_slots_very_unequal_groups_fall_back_to_pair_index():
-    """One group of 2000 rollouts beside 3000 singletons: regions sized for the largest group would outgrow 8
-    slots per turn, so every pair is numbered by ``pair_index``; the partition is still anchor_index's."""
-    g = torch.Generator().manual_seed(1)
-    group = torch.tensor([0] * 2000 + list(range(1, 3001)))
-    keys = torch.randint(0, 5, (len(group), 3), generator=g)
-    mask = torch.rand(len(group), 3, generator=g) < 0.8
-    i1, S1 = anchor_index(group, keys, mask)
-    i2, S2 = anchor_slots(group, keys, mask)
-    assert S1 == S2 and (i2[~mask] == S2).all()
-    assert len(set(zip(i1[mask].tolist(), i2[mask].tolist()))) == S1

@@ -1,4 +1,4 @@
-"""Long-horizon credit tasks (issue 24): the snake and the fork layouts of GridWorld, and BanditChain's lures (a
+"""Long-horizon credit tasks: the snake and the fork layouts of GridWorld, and BanditChain's lures (a
 farmable turn reward). Maps by hand, optimal lengths, check_env, determinism, random-policy success, the planner,
 and the imperfect teacher that gives the warm starts their per-turn error rate."""
 import warnings

@@ -1,4 +1,4 @@
-"""The rollout engine and the rollout corrections inside the Trainer (issue 25).
+"""The rollout engine and the rollout corrections inside the Trainer.
 
 The exact engine is the trainer (its rollout_logp are old_logp, and the trainer's recompute gives them back to
 float precision); any other engine samples with its own copy and the trainer rescores the same tokens; every engine
@@ -15,7 +15,7 @@ import torch
 
 from toyrl.envs import ENVS
 from toyrl.objectives.rollout_correction import CORRECTIONS
-from toyrl.rollout.play import recompute_logp
+from toyrl.rollout.flatten import recompute_logp
 from toyrl.rollout.inference_engine import ENGINES
 from toyrl.train import TrainConfig, Trainer, train
 

@@ -1,4 +1,4 @@
-"""Every registered estimator, clip scheme and filter trains through the Trainer (issue 29).
+"""Every registered estimator, clip scheme and filter trains through the Trainer.
 
 Each method runs on an env derived from its declared needs (``toyrl.credit.NEEDS``: the first env
 whose core provides them), tiny sizes, 2 steps; ``validate`` refuses every (method, env) it cannot

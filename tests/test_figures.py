@@ -1,4 +1,4 @@
-"""Figures a room can read (issue 27, item 6) and sliders that answer (item 7): the ``slides`` style
+"""Figures a room can read and sliders that answer (item 7): the ``slides`` style
 (``toyrl.viz.style``), readable token strips with END as its own kind, shared colour scales for compared
 heatmaps, every tested arm in a claim's figure (drawn from the stored series), the scorecard's colour map
 per metric direction, and the widgets' cached numbers equal to the uncached ones.

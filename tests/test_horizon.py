@@ -1,4 +1,4 @@
-"""The long-horizon credit claims and notebook 13's functions (issue 24): steps_to_halve and turn_contrast by hand,
+"""The long-horizon credit claims and notebook 13's functions: steps_to_halve and turn_contrast by hand,
 a trajectory advantage's zero contrast against GiGPO's on a real snake batch, the warm starts the claims load, and
 gap_table on made-up series."""
 import json

@@ -1,5 +1,5 @@
 """Tasks where reasoning is necessary: the T-maze layout, the chain with its plan in the prompt, the blind context,
-the expert that writes what must be remembered, and the scrambled-reasoning evaluation (issue 30)."""
+the expert that writes what must be remembered, and the scrambled-reasoning evaluation."""
 import warnings
 
 import gymnasium as gym

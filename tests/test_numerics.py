@@ -1,4 +1,4 @@
-"""NaN and inf never pass silently; every estimator and every clip scheme x ratio level stays finite (issue 19).
+"""NaN and inf never pass silently; every estimator and every clip scheme x ratio level stays finite.
 
 Layers: the TurnBatch construction check and its exact messages; every estimator of the registry on
 NaN / inf inputs (fields changed in place, keyword tensors, the pure functions), empty (B = 0) and

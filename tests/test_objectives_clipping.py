@@ -161,16 +161,16 @@ def test_keywords_and_clip_kwargs_agree_and_unknown_rejected():
         policy_loss(logp, torch.zeros(1, 2), torch.ones(1, 2), m, t, clip="trpo")
 
 
-def test_group_turn_zscore_feeds_a2tgpo():
-    from toyrl.objectives import group_turn_zscore
+def test_a2tgpo_z_feeds_the_a2tgpo_clip():
+    from toyrl.credit import a2tgpo_z
     x = torch.tensor([[1.0, 2.0], [3.0, 2.0], [5.0, 0.0]])
     tm = torch.tensor([[True, True], [True, True], [True, False]])
-    z = group_turn_zscore(x, tm, torch.tensor([0, 0, 1]))
+    z = a2tgpo_z(x, tm, torch.tensor([0, 0, 1]))
     s = 2 ** 0.5
     assert close(z, [[-1 / s, 0.0], [1 / s, 0.0], [0.0, 0.0]])            # equal values and singletons -> 0
     turn = torch.tensor([[0, 1]] * 3)
     loss, _ = policy_loss(torch.zeros(3, 2), torch.zeros(3, 2), torch.ones(3, 2), torch.ones(3, 2, dtype=torch.bool),
                           turn, clip="a2tgpo", z=z)
     assert torch.isfinite(loss)
-    with pytest.raises(ValueError, match="group"):
-        group_turn_zscore(x, tm, torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="prompt"):
+        a2tgpo_z(x, tm, torch.tensor([0, 0]))

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from toyrl.train.optim import BC_LR, LR
+from toyrl.train.defaults import BC_LR, LR
 from toyrl.viz.small_llm import PAIR, PAIR_STEPS, RUNS_DIR, load_pair, run_pair, warm_start
 
 SLICE = dict(group_size=2, prompts_per_step=1, max_turns=2)

@@ -1,7 +1,5 @@
-"""The shape of the code a learner reads (issue 16, item 5), checked from the source with ``ast``.
+"""The shape of the code a learner reads, checked from the source with ``ast``.
 
-- no module in toyrl/ over 350 lines: files are split by concept along their seams (a config's fields apart from
-  its checks, a trainer's loop apart from what feeds it), and the cap catches a file that holds several;
 - no function or method in toyrl/ over 60 lines, its docstring excluded;
 - no import cycle among toyrl modules, imports inside functions included (the failure shows the cycle's path);
 - the layering: every import points down the list of rooms (``LAYERS``), imports inside functions included;
@@ -23,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "toyrl"
 TESTS = ROOT / "tests"
 
-MAX_MODULE_LINES = 350
 MAX_FUNCTION_LINES = 60
 
 
@@ -41,19 +38,6 @@ def parse(path: Path) -> ast.Module:
 
 def package_files() -> list:
     return sorted(PACKAGE.rglob("*.py"))
-
-
-# ---- (a) module length ------------------------------------------------------------------------------
-def long_modules(files, limit: int = MAX_MODULE_LINES) -> dict:
-    """{relative path: line count} of the files over ``limit`` lines."""
-    counts = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in files}
-    return {p: n for p, n in counts.items() if n > limit}
-
-
-def test_no_module_over_350_lines():
-    over = long_modules(package_files())
-    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
-
 
 
 # ---- (b) function length ----------------------------------------------------------------------------

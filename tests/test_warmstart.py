@@ -1,4 +1,4 @@
-"""Warm starts (issue 30, part 2): the BC recipe per lesson task, the checkpoint, init= in TrainConfig, the CLI."""
+"""Warm starts: the BC recipe per lesson task, the checkpoint, init= in TrainConfig, the CLI."""
 import numpy as np
 import pytest
 import torch

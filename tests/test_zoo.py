@@ -18,7 +18,7 @@ from toyrl.lab.bench import smollm2 as bench
 from toyrl.policies import zoo
 from toyrl.policies.hf import HFTokenizer, model_token_ids, special_ids, system_head
 from toyrl.train import TrainConfig
-from toyrl.train.optim import BC_LR, LR, bc_learning_rate, learning_rate, resolve_rates
+from toyrl.train.defaults import BC_LR, LR, bc_learning_rate, learning_rate, resolve_rates
 from toyrl.train.build import check_policy_name, check_text_options, policy_kwargs, policy_names
 
 transformers = pytest.importorskip("transformers")

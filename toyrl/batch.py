@@ -53,7 +53,7 @@ class NonFiniteError(ValueError):
 def all_finite(x: torch.Tensor) -> bool:
     """True when no element of ``x`` is NaN or +-inf: one sum first (a NaN or an inf makes it non-finite), the
     elementwise test only when the sum is not finite (that, or finite values overflowing it). The same answer as
-    ``torch.isfinite(x).all()`` at a fraction of its cost: 7 against 180 us on (8192, 16) float32, 1 thread.
+    ``torch.isfinite(x).all()`` without an elementwise pass on the common, finite case.
     Example: all_finite(tensor([1., 3e38, 3e38])) -> True (the sum overflows; the elementwise test decides)."""
     return bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all())
 

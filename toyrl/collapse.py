@@ -1,4 +1,4 @@
-"""Did this run collapse, or did it freeze? Two rules on the per-step series of one run (issue 30).
+"""Did this run collapse, or did it freeze? Two rules on the per-step series of one run.
 
 Dimension legend: N steps of a run. Every input is one (N,) series: the mean reward ``mean``, the
 within-group reward std ``std`` (RAGEN's early signal, arXiv 2504.20073) and the gradient norm
@@ -32,8 +32,8 @@ Why "held" is defined on halves: a frozen policy is measured on fresh tasks each
 tasks the per-step mean jumps by 0.25 from task luck alone; the start value of the span is one noisy
 draw, while a half-span average is several. The level must be above 0, since a policy that fails
 every task also has A = 0 (silent, not frozen). "Zero gradient, so the policy did not change" is
-not assumed: AdamW's momentum moves a frozen policy (issue 30, seed 103 fell from 1.0 to 0 on a zero
-gradient), and such a span is reported as no freeze rather than as one.
+not assumed: AdamW's momentum moves a frozen policy (a zero gradient still steps along the moment
+estimates), and such a span is reported as no freeze rather than as one.
 
 ``classify`` applies both rules (and the std-drop lead) and is what the ledger, the scorecard and
 notebook 02 read; ``RULE`` holds the ledger's settings, named ``RULE_NAME`` in stored results.

@@ -42,7 +42,7 @@ def policy_form(name) -> bool:
 ALIASES = {"env_kwargs": ["--env-kw"], "estimator_kwargs": ["--est-kw"], "clip_kwargs": ["--clip-kw"],
            "filters": ["--filter"], "filter_kwargs": ["--filter-kw"], "prompts_per_step": ["--prompts"],
            "ppo_epochs": ["--epochs"], "seed": ["--seeds"]}
-"""short option strings kept from earlier versions of the CLI (every field also has its own name)"""
+"""short option strings for some fields (every field also has its own name)"""
 
 REGISTRIES = {
     "env": ("env", ENVS), "policy": ("policy", policy_names(), policy_form),

@@ -28,7 +28,7 @@ from .tree import tree_grpo
 from .reverse_turn import rtpo
 from .progress import spa, spa_rewards
 from .entropy import empg
-from .info_gain import a2tgpo, a2tgpo_clip_eps, a2tgpo_z
+from .info_gain import a2tgpo, a2tgpo_z
 from .peers import gdpo, optimal_token_baseline, tir_optimal_token_baseline
 from .reference import REFERENCE
 
@@ -40,5 +40,5 @@ __all__ = [
     "gae", "gae_scan", "turn_gae", "bilevel_gae", "gigpo", "anchor_index", "similarity_keys", "mt_grpo",
     "TurnCritic", "DoubleCritic", "value_loss", "progress_loss", "sweet_bt_loss", "archer_losses",
     "soft_update", "archer", "sweet", "tree_grpo", "rtpo", "spa", "spa_rewards", "empg", "a2tgpo",
-    "a2tgpo_z", "a2tgpo_clip_eps", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline",
+    "a2tgpo_z", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline",
 ]

@@ -6,7 +6,8 @@ The information gain IG_{i,k} of a turn is the change in the policy's probabilit
 answer after that turn (IGPO); the final turn uses the outcome score. A2TGPO (i) z-scores IG among
 the rollouts of the same prompt at the same turn index, (ii) accumulates the z-scores to go and
 divides by the square root of the number of accumulated terms so that depth does not inflate the
-magnitude, and (iii) widens the clip range of informative turns (``a2tgpo_clip_eps``).
+magnitude, and (iii) widens the clip range of informative turns (the clip scheme ``objectives.clipping.a2tgpo``,
+which reads ``a2tgpo_z``).
 Only the abstract is public: the forms below are the most defensible reading and say so.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..batch import discounted_returns
 from .base import check, last_turn, turn_group_norm, turns_to_go
 from .registry import need, register_estimator
 
-__all__ = ["a2tgpo", "a2tgpo_z", "a2tgpo_clip_eps"]
+__all__ = ["a2tgpo", "a2tgpo_z"]
 
 
 def a2tgpo_z(info_gain: torch.Tensor, turn_mask: torch.Tensor, prompt: torch.Tensor, *,
@@ -55,15 +56,6 @@ def a2tgpo(info_gain: torch.Tensor, turn_mask: torch.Tensor, prompt: torch.Tenso
     acc = discounted_returns(z, turn_mask, gamma)                                 # (B, H)
     n = turns_to_go(turn_mask).clamp(min=1).to(z.dtype)
     return acc / n.sqrt()
-
-
-def a2tgpo_clip_eps(z: torch.Tensor, turn_mask: torch.Tensor, *, eps: float = 0.2) -> torch.Tensor:
-    """Adaptive turn clip range eps_{i,k} = eps * h(z_{i,k}), h(z) = 2 sigmoid(z) -> (B, H) ([S]: h not confirmed).
-
-    h is increasing with h(0) = 1, bounded in (0, 2): informative turns get a wider range.
-    Example: z [[0., 10., -10.]], eps 0.2 -> [[0.2, ~0.4, ~0.0]].
-    """
-    return eps * 2 * torch.sigmoid(z) * turn_mask.to(z.dtype)
 
 
 @register_estimator("a2tgpo", level="turn", grouped=True, needs=("info_gain",))

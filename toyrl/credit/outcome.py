@@ -108,9 +108,7 @@ def token_returns(token_reward: torch.Tensor, policy_mask: torch.Tensor, gamma: 
 def _undiscounted_returns(token_reward: torch.Tensor, policy_mask: torch.Tensor) -> torch.Tensor:
     """``token_returns`` at gamma = 1: G_t = sum_{s >= t} m_s r_s, a reverse cumsum, no packing -> (B, T).
 
-    Fast path for REINFORCE++'s default gamma (the packed scan is the general case); measured against
-    that scan on the same inputs (1 thread, torch's default allocator, best of 15): B=64 x T=608
-    0.075 ms vs 0.29 ms, 1M tokens 2.8 ms vs 11.7 ms, about 4x at both sizes.
+    With no discount the return-to-go is the reverse cumulative sum itself, so no packing is needed.
     """
     G = (token_reward * policy_mask).flip(1).cumsum(1).flip(1)            # (B, T) sum of the policy rewards ahead
     G *= policy_mask

@@ -4,9 +4,9 @@ Every builder returns an (n*n,) int64 tile row (``FROZEN``, ``HOLE``, ``GOAL``, 
 draws its variant per task (``variants(layout, n)`` of them, ``build(layout, n, v)``), so the G rollouts of a group
 share one map and a deterministic reset. Two families:
 
-- memory tasks (issue 30), read under a blind context: ``tmaze_map`` (the goal side is a cue used at the end),
+- memory tasks, read under a blind context: ``tmaze_map`` (the goal side is a cue used at the end),
   ``cross_map`` (three exits), ``doors_map`` (a hallway of doors);
-- long-horizon credit tasks (issue 24), read with the map in view: ``snake_map`` (one winding corridor whose
+- long-horizon credit tasks, read with the map in view: ``snake_map`` (one winding corridor whose
   length grows as n^2 / 2; every side step is fatal, so an episode that fails fails at one turn and every turn
   before it was right) and ``fork_map`` (the first turn picks one of two long corridors; the wrong one ends in a
   hole n - 1 turns later).

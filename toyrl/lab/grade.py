@@ -35,7 +35,7 @@ import numpy as np
 from ..collapse import RULE, classify
 from ..policies.toy import PRESETS
 from ..train import TrainConfig
-from ..train.optim import resolve_rates
+from ..train.defaults import resolve_rates
 from ..train.runlog import encode
 from .claims import CLAIMS
 from .claims.spec import SERIES_KEYS, smooth

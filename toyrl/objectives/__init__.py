@@ -9,7 +9,7 @@ Modules: ``ratios`` (log-space ratios at four levels, TIS weights), ``clipping``
 corrections: TIS, MIS / IcePop, rejection, OPSM; ``CORRECTIONS``, ``rollout_correction``).
 """
 from .aggregate import AGGREGATIONS, agg_weights, aggregate
-from .clipping import Clip, a2tgpo, clipped_surrogate, dual_clip, gmpo, group_turn_zscore, loop, ppo, sorl, tis
+from .clipping import Clip, a2tgpo, clipped_surrogate, dual_clip, gmpo, loop, ppo, sorl, tis
 from .kl import KL_ESTIMATORS, kl_estimate
 from .divergence import binary_kl, dppo_kl, dppo_tv
 from .loss import check_loss_inputs, loss_mask, loss_stats, policy_loss, turn_stats
@@ -24,7 +24,7 @@ __all__ = [
     "policy_loss", "loss_mask", "turn_stats", "check_loss_inputs", "loss_stats", "CLIP_SCHEMES", "Scheme",
     "register_clip_scheme", "LossContext", "AGGREGATIONS", "agg_weights", "aggregate",
     "KL_ESTIMATORS", "kl_estimate", "LEVELS", "log_ratio", "token_log_ratio", "pool", "clamp_log", "tis_weights",
-    "Clip", "clipped_surrogate", "ppo", "dual_clip", "loop", "sorl", "a2tgpo", "group_turn_zscore", "tis", "gmpo",
+    "Clip", "clipped_surrogate", "ppo", "dual_clip", "loop", "sorl", "a2tgpo", "tis", "gmpo",
     "cispo", "sapo", "gpg", "clip_cov", "kl_cov", "dro", "vespo", "dppo_tv", "dppo_kl", "binary_kl",
     "CORRECTIONS", "Correction", "CORRECTION_LEVELS", "RS_OPTIONS", "rollout_correction", "correction_log_rho",
     "truncated_is", "masked_is", "rejection_mask", "off_policy_seq_mask", "correction_stats",

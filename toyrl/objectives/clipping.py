@@ -24,11 +24,10 @@ from typing import NamedTuple
 import torch
 
 from ..batch import turn_to_token
-from ..segments import pair_index, segment_mean, segment_std
 from .ratios import check_like, clamp_log
 from .rollout_correction import tis_weights
 
-__all__ = ["Clip", "clipped_surrogate", "ppo", "dual_clip", "loop", "sorl", "a2tgpo", "group_turn_zscore", "tis",
+__all__ = ["Clip", "clipped_surrogate", "ppo", "dual_clip", "loop", "sorl", "a2tgpo", "tis",
            "gmpo"]
 
 
@@ -133,28 +132,6 @@ def a2tgpo(ratio, adv, *, turn_id, z, eps: float = 0.2, kappa: float = 0.5) -> C
         raise ValueError(f"a2tgpo kappa must lie in [0, 1), got {kappa}")
     e = eps * (1.0 + kappa * torch.tanh(turn_to_token(z.to(ratio.dtype), turn_id)))   # (B, T)
     return clipped_surrogate(ratio, adv, 1.0 - e, 1.0 + e)
-
-
-def group_turn_zscore(x: torch.Tensor, turn_mask: torch.Tensor, group: torch.Tensor, *, eps: float = 1e-6,
-                      ddof: int = 1) -> torch.Tensor:
-    """z-score of a per-turn value (B, H) among valid turns with the same group and turn index.
-
-        z_{i,k} = (x_{i,k} - mean_{j in g(i)} x_{j,k}) / (std_{j in g(i)} x_{j,k} + eps);  0 when alone
-
-    A2TGPO's normalized information gain (pass ``batch.info_gain``). Invalid turns get 0.
-    Example: x [[1.], [3.], [5.]], one group, third turn invalid, ddof 1 -> [[-0.7071], [0.7071], [0.]].
-    """
-    B, H = x.shape
-    if turn_mask.shape != x.shape or group.shape != (B,):
-        raise ValueError(f"x and turn_mask must be (B, H) and group (B,), got {tuple(x.shape)}, "
-                         f"{tuple(turn_mask.shape)}, {tuple(group.shape)}")
-    k = torch.arange(H, device=x.device).expand(B, H)[turn_mask]               # (V,) valid turns
-    idx, S = pair_index(group[:, None].expand(B, H)[turn_mask], k)
-    v = x[turn_mask]
-    mu, sd = segment_mean(v, idx, S)[idx], segment_std(v, idx, S, ddof=ddof)[idx]
-    z = torch.zeros_like(x)
-    z[turn_mask] = torch.where(sd > 0, (v - mu) / (sd + eps), torch.zeros_like(v))
-    return z
 
 
 def tis(ratio, adv, *, old_logp, rollout_logp, mask, turn_id, eps_low: float = 0.2, eps_high: float = 0.2,

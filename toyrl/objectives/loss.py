@@ -9,8 +9,8 @@ Dimension legend: B rollouts, T token positions, H turns.
 Pipeline (``policy_loss``, read top to bottom):
 
     1. ratio      r_t = exp(clamp(log pi - log pi_old)) at the level (token, or pooled over a turn / sequence)
-    2. surrogate  PPO: l_t = -min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t) (``clipped_surrogate``);
-                  any other scheme: its function in ``CLIP_SCHEMES``; times optional importance weights
+    2. surrogate  l_t from the scheme's function in ``CLIP_SCHEMES`` (PPO: -min(r_t A_t, clip(r_t, 1 - eps_low,
+                  1 + eps_high) A_t)); times optional importance weights
     3. aggregate  loss = sum_t w_t (l_t + kl_coef KL_t(pi || ref)) over the mask tokens (``agg_weights``)
 
 Input checks live in ``check_loss_inputs``
@@ -28,7 +28,6 @@ import torch
 from ..batch import check_finite, turn_to_token
 from ..segments import segment_count, segment_max, segment_min, segment_sum
 from .aggregate import agg_weights
-from .clipping import clipped_surrogate, ppo
 from .kl import kl_estimate
 from .ratios import LEVELS, clamp_log, floor_logp, log_ratio, token_log_ratio
 from .schemes import CLIP_SCHEMES, LossContext
@@ -218,12 +217,9 @@ def policy_loss(logp, old_logp, adv, loss_mask, turn_id, *,
     lr = log_ratio(logp, old_logp, mask, turn_id, level, H=H, straight_through=straight_through)
     r = torch.where(mask, torch.exp(clamp_log(lr, log_ratio_clamp)), torch.ones_like(lr))   # (B, T)
 
-    # 2. surrogate per token (B, T): PPO's clipped one, or the scheme's own (CLIP_SCHEMES)
-    if scheme.fn is ppo:                                      # ppo, clip_higher, gspo, turn_ppo, luspo
-        out = clipped_surrogate(r, adv, 1.0 - hyper["eps_low"], 1.0 + hyper["eps_high"])   # -min(r A, clip(r) A)
-    else:
-        ctx = LossContext(mask, turn_id, logp, old_logp, rollout_logp, d, log_ratio_clamp, generator, level, H)
-        out = scheme(r, adv, ctx, **hyper)
+    # 2. surrogate per token (B, T): the scheme's function (CLIP_SCHEMES; PPO: -min(r A, clip(r) A))
+    ctx = LossContext(mask, turn_id, logp, old_logp, rollout_logp, d, log_ratio_clamp, generator, level, H)
+    out = scheme(r, adv, ctx, **hyper)
     token_loss = out.loss if is_weights is None else out.loss * torch.where(mask, is_weights, 0.0)
     zero = torch.zeros_like(token_loss)
 

@@ -26,7 +26,7 @@ What a TrainConfig means on multi-turn structure has no TRL keyword, and ``grpo_
 """
 from __future__ import annotations
 
-from ..train.optim import learning_rate
+from ..train.defaults import learning_rate
 
 __all__ = ["grpo_config", "TRL_AGG"]
 

@@ -42,12 +42,11 @@ import numpy as np
 import torch
 
 from ..envs.core import VOID, BatchedCore
-from .flatten import Rollout, TurnContext, left_pad, recompute_logp, to_rollout
+from .flatten import Rollout, TurnContext, left_pad, to_rollout
 from ..codecs.toy import ThinkingIntervention, ToyCodec
 
-__all__ = ["ToyCodec", "Turn", "Episode", "Sampling", "TurnContext", "Rollout", "rollout", "play", "play_turn",
-           "to_rollout", "CONTEXTS", "recompute_logp", "left_pad", "build_context", "episode_token_bound",
-           "turn_grammar", "scramble_reasoning"]
+__all__ = ["Turn", "Episode", "Sampling", "rollout", "play", "play_turn", "CONTEXTS", "build_context",
+           "episode_token_bound", "turn_grammar", "scramble_reasoning"]
 
 CONTEXTS = ("full", "last_k", "summary", "blind")
 

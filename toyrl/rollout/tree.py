@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from ..envs.experts import process_scores
-from .play import Episode, Sampling, play, to_rollout, turn_grammar
+from .flatten import to_rollout
+from .play import Episode, Sampling, play, turn_grammar
 
 __all__ = ["STRATEGIES", "tree_rollout", "branch_weights", "take_branches"]
 

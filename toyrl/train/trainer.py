@@ -4,18 +4,18 @@
     log = train(cfg)                      # RunLog: one row of diagnostics per step
     log.to_pandas()[["step", "reward_mean", "reward_std", "zero_var_frac"]]
 
-One step is three plain functions:
+One step is the recipe, each line one call into the module that owns it:
 
-    ro = self.collect()          # P tasks x G rollouts with the behaviour policy (staleness steps old)
-    prep = self.prepare(ro)      # critic, advantages, filters, behaviour / reference log-probs
-    upd = self.update(ro, prep)  # ppo_epochs x minibatches of: recompute -> policy_loss -> AdamW
+    ro = self.collect()                    # toyrl.rollout.play.rollout: P tasks x G episodes -> TurnBatch
+    got = self.provide(ro)                 # what the methods declare they need (critic values, ...)
+    adv = self.advantages(ro, got)         # toyrl.credit: the estimator, (B, T) token advantages
+    prep = self.prepare(ro, adv, got)      # filters, loss mask, rollout correction, behaviour / reference log-probs
+    upd = self.update(ro, prep)            # per minibatch: objectives.policy_loss -> backward -> AdamW step
 
-then a row of diagnostics. This module is the loop; what feeds it (``provide``, ``advantages``, ``prepare``,
-behaviour cloning, evaluation) is ``toyrl.train.providers``, the base class of ``Trainer``. Beside ``grad_norm``
-each row logs ``update_norm``, the distance the weights moved (AdamW moves them on a zero gradient too: its
-momentum), and ``skipped_update``: ``skip_zero_adv`` takes no optimizer step when every loss-carrying advantage is
-exactly zero. After behaviour cloning, RL's AdamW is a fresh one or BC's own (``bc_optimizer``), its lr optionally
-warmed up (``lr_warmup``, ``warmup_lr``).
+then a row of diagnostics (``log_row``). The config is resolved once, in ``__init__`` (``resolve_defaults``: the
+policy's own context and learning rates), so every step reads plain values. Beside ``grad_norm`` each row logs
+``update_norm``, the distance the weights moved (AdamW moves them on a zero gradient too: its momentum), and
+``skipped_update``: ``skip_zero_adv`` takes no optimizer step when every loss-carrying advantage is exactly zero.
 
 The off-policy regime is explicit: ``staleness`` rolls out with the weights of k steps ago, ``ppo_epochs`` x
 ``minibatches`` updates reuse each batch, and every row logs ``policy_lag_mean`` / ``policy_lag_max``, the
@@ -35,32 +35,35 @@ import copy
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 import torch
 
-from .config import TrainConfig, engine_strength
-from ..credit import warn_group_size, warn_zero_variance
-from .credit_models import CreditModels
-from .warmstart import apply_warmstart, load_warmstart
-from .warm_critic import check_warmup, warm_critic
+from ..codecs.toy import ThinkingIntervention
+from ..credit import ESTIMATORS, warn_group_size, warn_zero_variance
 from ..diagnostics import pool_loss_stats, stability_report
 from ..envs import make_core
-from ..objectives import policy_loss
-from .build import build_policy, policy_kwargs
-from .defaults import fused_adamw, resolve_defaults
-from .limits import check_context
-from ..rollout.play import Rollout, Sampling, recompute_logp, rollout
+from ..filters import FILTERS
+from ..objectives import CLIP_SCHEMES, loss_mask, policy_loss
+from ..objectives.rollout_correction import correction_stats, rollout_correction
+from ..rollout.flatten import Rollout, recompute_logp
 from ..rollout.inference_engine import make_engine, sync_engine
 from ..rollout.mismatch import mismatch_row
+from ..rollout.play import Sampling, rollout
+from ..rollout.tree import tree_rollout
+from .bc import behaviour_clone
+from .build import build_policy, policy_kwargs
+from .config import TrainConfig, engine_strength
+from .credit_models import CreditModels
+from .defaults import fused_adamw, resolve_defaults
+from .limits import check_context
 from .optim import adamw, step_and_measure, update_norm, warmup_lr
-from .providers import Prepared, Providers
 from .runlog import RunLog
 from .trackers import open_tracker
-from ..codecs.toy import ThinkingIntervention
-from ..rollout.tree import tree_rollout
+from .warm_critic import check_warmup, warm_critic
+from .warmstart import apply_warmstart, load_warmstart
 
 __all__ = ["TrainConfig", "RunLog", "Trainer", "Prepared", "train", "check_context", "warmup_lr", "update_norm"]
 
@@ -71,7 +74,28 @@ def _sampling(cfg: TrainConfig, generator) -> Sampling:
                     context_k=cfg.context_k, tti=tti, t2po_eta=cfg.t2po_eta, generator=generator)
 
 
-class Trainer(Providers):
+@dataclass
+class Prepared:
+    """What an update needs besides the rollout: advantages and the masks and log-probs it trains on."""
+
+    adv: torch.Tensor
+    """(B, T) token advantages"""
+    lmask: torch.Tensor
+    """(B, T) bool: tokens in the loss (env-token masking and filters applied)"""
+    keep: torch.Tensor
+    """(B,) bool: rows the filters kept"""
+    old_logp: torch.Tensor
+    """(B, T) behaviour log-probs (observation tokens scored once when they are trained on)"""
+    ref_logp: Optional[torch.Tensor]
+    logs: dict
+    """filter counts and critic statistics for the row"""
+    clip_inputs: dict = field(default_factory=dict)
+    """per-rollout keyword inputs of the clip scheme, e.g. a2tgpo's z (B, H); sliced with each minibatch"""
+    is_weights: Optional[torch.Tensor] = None
+    """(B, T) the rollout correction's per-token weights (1 off the policy tokens; None: no correction)"""
+
+
+class Trainer:
     """Holds the env core, the policy, the optimizer and the RNGs of one run; ``step()`` does one update."""
 
     def __init__(self, cfg: TrainConfig, log_path: Optional[str] = None):
@@ -124,7 +148,7 @@ class Trainer(Providers):
         return rollout(policy or self.policy, self.core, tasks, group, codec=self.codec, sampling=s,
                        policy_version=version)
 
-    # ---- one RL step: collect -> prepare -> update ---------------------------------------------
+    # ---- one RL step: collect -> advantages -> loss -> optimizer step -------------------------
     def collect(self) -> Rollout:
         """Roll out P x G episodes with the rollout engine holding the behaviour weights (those of ``staleness``
         steps ago; the ``lag`` engine's own lag). ``rollout_logp``: what the engine sampled with; ``old_logp``: the
@@ -146,19 +170,75 @@ class Trainer(Providers):
             b.old_logp = torch.where(b.policy_mask, lp, b.old_logp)
         return ro
 
+    def provide(self, ro: Rollout) -> dict:
+        """Every input the run's methods declare (``self.needs``, words of ``toyrl.credit.NEEDS``), fitted or
+        measured on this batch (``CreditModels.provide``) -> {"estimator": keywords, "clip": keywords, "logs":
+        run-log figures}; batch fields (values, info_gain, privileged) are set on ``ro.batch``."""
+        cfg, mine = self.cfg, ESTIMATORS[self.cfg.estimator].needs
+        got = self.models.provide(ro, self.needs, mine, policy=self.policy, codec=self.codec, values=self.use_critic,
+                                  z="info_gain" in CLIP_SCHEMES[cfg.clip].needs and "z" not in cfg.clip_kwargs)
+        if "greedy_baseline" in mine and "baseline_reward" not in cfg.estimator_kwargs:   # ReMax: one greedy episode
+            got["estimator"]["baseline_reward"] = self.sample(greedy=True, tasks=ro.tasks).batch.outcome()
+        return got
+
+    def advantages(self, ro: Rollout, provided: Optional[dict] = None) -> torch.Tensor:
+        """Token-level advantages (B, T) of the configured estimator (a turn value reaches the turn's observation
+        tokens too), called with the keywords its needs were provided as (``provide(ro)["estimator"]``; None:
+        provide them now) and the config's ``estimator_kwargs``."""
+        est = ESTIMATORS[self.cfg.estimator]
+        if provided is None:
+            provided = self.provide(ro)["estimator"] if est.needs else {}
+        adv = est(ro.batch, **provided, **self.cfg.estimator_kwargs)              # (B, H) or (B, T)
+        return ro.batch.turn_to_token(adv) if est.level == "turn" else adv
+
+    def prepare(self, ro: Rollout, adv: Optional[torch.Tensor] = None, got: Optional[dict] = None) -> Prepared:
+        """What the update trains on: the advantages (None: ``advantages``), the filters' keep masks, the loss mask,
+        the rollout correction, and the behaviour / reference log-probs. ``got``: ``provide(ro)`` (None: now)."""
+        cfg, b = self.cfg, ro.batch
+        got = self.provide(ro) if got is None else got
+        adv = self.advantages(ro, got["estimator"]) if adv is None else adv
+        keep, logs = torch.ones(b.B, dtype=torch.bool, device=self.device), dict(got["logs"])
+        turn_keep = torch.ones_like(b.turn_mask)                 # (B, H) turn-level filters (t2po_resample)
+        for name in cfg.filters:
+            res = FILTERS[name](b, **cfg.filter_kwargs.get(name, {}))
+            if FILTERS[name].level == "turn":
+                turn_keep &= res.keep.to(self.device)
+            else:
+                keep &= res.keep.to(self.device)
+            logs.update({f"filter_{name}_{k}": v for k, v in res.counts.items()})
+        lmask = loss_mask(b.policy_mask, b.turn_id, cfg.mask_env_tokens) & keep[:, None]   # (B, T)
+        if not bool(turn_keep.all()):
+            lmask &= b.turn_to_token(turn_keep.float(), fill=1.0) > 0.5
+        old_logp, ref_logp = b.old_logp, None
+        with torch.no_grad():
+            if not cfg.mask_env_tokens:                          # env tokens were never sampled: score them once
+                lp_env, _ = recompute_logp(self.behaviour, ro, "flat")
+                old_logp = torch.where(b.policy_mask, b.old_logp, lp_env)
+            if cfg.kl and cfg.kl_coef:
+                if self.ref is None:
+                    self.ref = copy.deepcopy(self.policy).eval()
+                ref_logp, _ = recompute_logp(self.ref, ro, "matched")
+        is_w = None
+        if cfg.correction != "none":                             # the engine / trainer gap, on the policy tokens
+            pm = b.policy_mask & lmask
+            w, keep_tok = rollout_correction(cfg.correction, b.old_logp, b.rollout_logp, pm, b.turn_id, H=b.H,
+                                             adv=adv, **cfg.correction_kwargs)
+            is_w, lmask = torch.where(pm, w, torch.ones_like(w)), lmask & (keep_tok | ~pm)
+            logs.update({f"correction_{k}": v for k, v in correction_stats(w, keep_tok, pm).items()})
+        return Prepared(adv, lmask, keep, old_logp, ref_logp, logs, got["clip"], is_w)
+
     def minibatch_loss(self, ro: Rollout, prep: Prepared, rows: Optional[torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Recompute log-probs of ``rows`` (None: all) and their policy loss (+ entropy bonus)."""
         cfg = self.cfg
         sub = ro if rows is None else ro.select(rows)
         pick = (lambda x: x) if rows is None else (lambda x: None if x is None else x[rows])   # noqa: E731
-        logp, ent = recompute_logp(self.policy, sub, cfg.recompute, env_tokens=not cfg.mask_env_tokens)
-        ref = pick(prep.ref_logp)
+        logp, ent = recompute_logp(self.policy, sub, cfg.recompute, env_tokens=not cfg.mask_env_tokens)   # (B, T)
         loss, info = policy_loss(logp, pick(prep.old_logp), pick(prep.adv), pick(prep.lmask), sub.batch.turn_id,
-                                 ratio=cfg.ratio, clip=cfg.clip, agg=cfg.agg,
-                                 clip_kwargs={**cfg.clip_kwargs, **{k: pick(v) for k, v in prep.clip_inputs.items()}},
-                                 ref_logp=ref, kl=cfg.kl if ref is not None else None, kl_coef=cfg.kl_coef,
+                                 ratio=cfg.ratio, clip=cfg.clip, agg=cfg.agg, clip_kwargs=cfg.clip_kwargs,
+                                 ref_logp=pick(prep.ref_logp), kl=cfg.kl, kl_coef=cfg.kl_coef,
                                  rollout_logp=sub.batch.rollout_logp, is_weights=pick(prep.is_weights),
-                                 H=sub.batch.H, adv_level="token")
+                                 H=sub.batch.H, adv_level="token",
+                                 **{k: pick(v) for k, v in prep.clip_inputs.items()})   # a2tgpo's z (B, H)
         if cfg.entropy_coef:
             pm = sub.batch.policy_mask.float()
             loss = loss - cfg.entropy_coef * (ent * pm).sum() / pm.sum().clamp(min=1)
@@ -193,7 +273,7 @@ class Trainer(Providers):
                         for g in self.opt.param_groups:
                             g["lr"] = warmup_lr(self.version, cfg.lr, cfg.lr_warmup)
                     with torch.no_grad():
-                        moved = step_and_measure(self.opt)          # AdamW: read from its state, no weight copy
+                        moved = step_and_measure(self.opt)          # AdamW step, and how far it moved
                     self.version += 1
                 out["update_norms"].append(moved)
                 out["t_fwd"], out["t_bwd"] = out["t_fwd"] + tb - ta, out["t_bwd"] + time.perf_counter() - tb
@@ -206,16 +286,19 @@ class Trainer(Providers):
         return out
 
     def step(self) -> dict:
+        """One RL step: collect -> advantages -> loss -> optimizer step, then the run-log row."""
         if self.step_idx == 0 and self.cfg.critic_warmup_steps and "critic_warmup_losses" not in self.log.config:
             tw = time.perf_counter()                             # a warm critic: fitted on pi_0's episodes first
             self.log.config["critic_warmup_losses"] = warm_critic(self, self.cfg.critic_warmup_steps)
             self.log.config["critic_warmup_s"] = time.perf_counter() - tw
         t0 = time.perf_counter()
-        ro = self.collect()
+        ro = self.collect()                                      # P x G episodes -> ro.batch, a TurnBatch
         t1 = time.perf_counter()
-        prep = self.prepare(ro)
+        got = self.provide(ro)                                   # critic values, info gain, ... as declared
+        adv = self.advantages(ro, got["estimator"])              # (B, T)
+        prep = self.prepare(ro, adv, got)                        # loss mask, filters, behaviour log-probs
         t2 = time.perf_counter()
-        upd = self.update(ro, prep)
+        upd = self.update(ro, prep)                              # policy_loss -> backward -> AdamW, per minibatch
         self.step_idx += 1
         row = self.log_row(ro, prep, upd, {"time_rollout": t1 - t0, "time_prep": t2 - t1,
                                            "time_recompute": upd["t_fwd"], "time_update": upd["t_bwd"]})
@@ -248,6 +331,26 @@ class Trainer(Providers):
             **mismatch_row(b.old_logp, b.rollout_logp, b.policy_mask, b.turn_id, H=b.H),   # engine_kl, ...
         })
         return row
+
+    def behaviour_clone(self, steps: int) -> list[float]:
+        """``steps`` behaviour-cloning updates before RL (``toyrl.train.bc.behaviour_clone``) -> the losses."""
+        return behaviour_clone(self, steps)
+
+    def evaluate(self) -> dict:
+        """``eval_episodes`` independent episodes on a fixed held-out task set (own core, RNG and torch
+        generator; plain sampling: no trees, filters, T2PO or thinking intervention)."""
+        cfg = self.cfg
+        if self.eval_set is None:
+            core = make_core(cfg.env, cfg.eval_episodes, seed=cfg.seed + 1_000_003, **self.env_kwargs)
+            tasks = core.sample_tasks(np.random.default_rng([cfg.seed, 7]), cfg.eval_episodes)
+            self.eval_set = (core, tasks, torch.Generator(device=self.device).manual_seed(cfg.seed + 7))
+        core, tasks, gen = self.eval_set
+        self.policy.eval()
+        s = replace(self.sampling, greedy=cfg.eval_greedy, tti=None, t2po_eta=0.0, generator=gen)
+        ro = rollout(self.policy, core, tasks, np.arange(len(tasks)), codec=self.codec, sampling=s)
+        return {"eval_success_rate": ro.success.float().mean().item(),
+                "eval_return": ro.batch.outcome().mean().item(),
+                "eval_turns": ro.batch.turn_mask.sum(1).float().mean().item()}
 
     def run(self) -> RunLog:
         cfg = self.cfg

@@ -43,7 +43,7 @@ WARMSTARTS = {
     # Copying a shifted plan takes longer to clone: seed 0 at 60 steps still had loss 0.58 and success 0.008
     "plan_chain": dict(_BLIND, env="bandit_chain", env_kwargs={"stages": 4, "arms": 4, "on_wrong": "end",
                                                                  "show_layout": True}, think_max=4, bc_steps=120),
-    # long-horizon credit tasks (issue 24), the map in view: a clone of a teacher that errs 5% of the time, so each of
+    # long-horizon credit tasks, the map in view: a clone of a teacher that errs 5% of the time, so each of
     # the L turns is a decision that can be fatal and success starts near (1 - 0.05 * 3/4)^L
     **{f"snake{n}": dict(_CREDIT, env_kwargs={"size": n, "layout": "snake"}) for n in (5, 7, 9)},
     "fork9": dict(_CREDIT, env_kwargs={"size": 9, "layout": "fork"}),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..rollout.play import recompute_logp
+from ..rollout.flatten import recompute_logp
 from ..train import TrainConfig, Trainer
 from .plots import legend
 from .prototype import arms_figure, sweep_precompute

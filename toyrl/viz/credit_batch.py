@@ -38,7 +38,9 @@ from ..envs.experts import expert_actions
 from ..envs import make_core
 from ..envs.core import VOID
 from ..envs.gridworld import HOLE, MAPS, goal_distance, map_to_array
-from ..rollout.play import Episode, ToyCodec, play, to_rollout
+from ..codecs.toy import ToyCodec
+from ..rollout.flatten import to_rollout
+from ..rollout.play import Episode, play
 from .setting import env_setting
 
 __all__ = ["CreditBatch", "make_credit_batch", "noisy_expert", "play_scripted", "ESTIMATOR_NEEDS", "NEED_SUPPLY",

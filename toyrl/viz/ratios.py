@@ -33,7 +33,8 @@ from ..objectives import CLIP_SCHEMES, loss_mask, policy_loss
 from ..envs import make_core
 from ..train.build import build_policy
 from ..policies.scripted import ScriptedPolicy
-from ..rollout.play import Episode, play, recompute_logp, to_rollout
+from ..rollout.flatten import recompute_logp, to_rollout
+from ..rollout.play import Episode, play
 from .credit_batch import noisy_expert
 from .plots import legend, new_figure
 from .style import arm_color

@@ -22,7 +22,8 @@ import torch
 from ..envs import make_core
 from ..envs.core import VOID
 from ..train.build import build_policy
-from ..rollout.play import Rollout, rollout, to_rollout
+from ..rollout.flatten import Rollout, to_rollout
+from ..rollout.play import rollout
 from .credit_batch import noisy_expert, play_scripted
 from .plots import KIND_COLORS, KINDS, log_columns, plot_log
 from .setting import rollout_setting, run_setting

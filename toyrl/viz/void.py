@@ -24,7 +24,7 @@ import torch
 
 from ..diagnostics import grad_norm_per_turn
 from ..objectives import loss_mask, policy_loss
-from ..rollout.play import recompute_logp
+from ..rollout.flatten import recompute_logp
 from ..train import TrainConfig, Trainer
 from .plots import label, legend
 from .prototype import arm_curves, draw_curves, sweep_precompute

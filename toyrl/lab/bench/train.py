@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 import toyrl.policies.toy as toy_policy
-from toyrl.rollout.play import recompute_logp
+from toyrl.rollout.flatten import recompute_logp
 from toyrl.train.trainer import TrainConfig, Trainer
 
 SETTING = dict(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 16}, group_size=8, prompts_per_step=8)

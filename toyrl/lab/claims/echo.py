@@ -1,4 +1,4 @@
-"""The Echo Trap re-registered where reasoning is necessary (issue 30): a blind T-maze from a BC start.
+"""The Echo Trap re-registered where reasoning is necessary: a blind T-maze from a BC start.
 
 The earlier echo claims (``stability.py``) ran where reasoning carried nothing the action needed, and GRPO froze
 there instead of collapsing; they stay in the ledger as history. Here the task is a 5x5 T-maze whose goal side is

@@ -1,4 +1,4 @@
-"""Credit that pays off (issue 24): the credit claims re-registered on long-horizon tasks where credit matters.
+"""Credit that pays off: the credit claims re-registered on long-horizon tasks where credit matters.
 
 The earlier credit claims (``credit.py``) ran on random 4x4 lakes and a 6-stage chain, where a learned policy walks
 straight and there is little left to credit; they stay in the ledger as history. Here:

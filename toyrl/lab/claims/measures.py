@@ -34,7 +34,7 @@ def context_measure(arm: str, seed: int, quick: bool) -> dict:
     (full history) and with the matched one; |log ratio| per turn index before any update."""
     import torch
     torch.set_num_threads(1)
-    from ...rollout.play import recompute_logp
+    from ...rollout.flatten import recompute_logp
     from ...train import Trainer, TrainConfig
     tr = Trainer(TrainConfig(env="gridworld", env_kwargs={"map_name": "4x4", "max_turns": 12, "slip": 0.2},
                              context="last_k", context_k=1, prompts_per_step=4, steps=0, seed=seed, progress=False))

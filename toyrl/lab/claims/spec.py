@@ -224,7 +224,7 @@ def collapse_times(mean, std, *, w: int = 5, frac: float = 0.5, min_peak: float 
     """(t_std_drop, t_mean_collapse) of one run, NaN when there is no collapse: the earlier rule ("collapse-v1").
 
     Kept to recompute results stored with it (the shipped scorecard, whose records name no rule); new
-    results use ``toyrl.collapse.classify``, which fixes its two failure cases (issue 30): it counts a dip
+    results use ``toyrl.collapse.classify``, which fixes its two failure cases: it counts a dip
     under a frozen policy (zero gradient) and misses a crash after a BC start when a later peak is higher.
 
     Mean collapse: the first step after the peak of the smoothed mean reward where it falls below
