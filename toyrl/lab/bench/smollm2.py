@@ -207,6 +207,26 @@ class StepClock:
         self.calls = {}
 
 
+def phases_of(calls: dict, spent: dict, row: dict, rates, trainable: int, *, full: bool, grad_ckpt: bool) -> dict:
+    """phase -> (seconds, floor seconds) of one RL step, from its ``StepClock`` calls, the forward and optimizer
+    seconds ``spent`` and its run-log ``row``: the rollout's prefill, decode and the rest (no floor), the update's
+    forward, backward (its floor from the forward's FLOPs, ``backward_flops``; a checkpointed model runs its forward
+    again) and AdamW step (``adamw_bytes`` of ``trainable`` parameters at the read bandwidth)."""
+    from .floor import adamw_bytes, backward_flops
+    get = lambda name, key: calls.get(name, {}).get(key, 0.0)             # noqa: E731
+    bwd = backward_flops(get("forward", "linear"), get("forward", "attention"), get("forward", "head"), full)
+    fwd_floor = get("forward", "floor")
+    return {
+        "prefill": (get("prefill", "seconds"), get("prefill", "floor")),
+        "decode": (get("decode", "seconds"), get("decode", "floor")),
+        "rollout, outside the model": (row["time_rollout"] - get("prefill", "seconds") - get("decode", "seconds"), 0.0),
+        "forward (teacher-forced, with the loss)": (spent["forward"], fwd_floor),
+        "backward": (row["time_update"] - spent["optimizer"], bwd / rates.rate(max(int(get("forward", "positions")), 1))
+                     + (fwd_floor if grad_ckpt else 0.0)),
+        "optimizer (AdamW)": (spent["optimizer"], adamw_bytes(trainable) / rates.bandwidth),
+    }
+
+
 def measure(steps: int, bc_steps: int, lora_r: int = 8, seed: int = 0, policy: str = "smollm2",
             grad_ckpt: bool = False) -> dict:
     """The multi-turn figures (see the module docstring) of ``steps`` RL steps after ``bc_steps`` of format warm
@@ -216,7 +236,7 @@ def measure(steps: int, bc_steps: int, lora_r: int = 8, seed: int = 0, policy: s
     import torch
     import toyrl.train.trainer as trainer_mod
     from toyrl.train import TrainConfig, Trainer
-    from .floor import Dims, Rates, adamw_bytes, backward_flops
+    from .floor import Dims, Rates
     tr = Trainer(TrainConfig(**{**step_setting(), "policy": policy, "lora_r": lora_r}, grad_ckpt=grad_ckpt,
                              bc_steps=bc_steps, steps=steps, seed=seed, progress=False))
     out = {"policy": policy, "valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns), "batch": tr.B,
@@ -264,25 +284,12 @@ def measure(steps: int, bc_steps: int, lora_r: int = 8, seed: int = 0, policy: s
         trainer_mod.step_and_measure = step_fn
         clock.close()
     r, c = rows[-1], clock.calls
-    fw = c.get("forward", {})
-    full = lora_r == 0
-    fwd_rows = max(fw.get("positions", 0), 1)
-    bwd_flops = backward_flops(fw.get("linear", 0.0), fw.get("attention", 0.0), fw.get("head", 0.0), full)
-    rollout_s = r["time_rollout"]
-    model_s = sum(c.get(k, {}).get("seconds", 0.0) for k in ("prefill", "decode"))
-    update_s = r["time_recompute"] + r["time_update"]
-    phases = {
-        "prefill": (c.get("prefill", {}).get("seconds", 0.0), c.get("prefill", {}).get("floor", 0.0)),
-        "decode": (c.get("decode", {}).get("seconds", 0.0), c.get("decode", {}).get("floor", 0.0)),
-        "rollout, outside the model": (rollout_s - model_s, 0.0),
-        "forward (teacher-forced, with the loss)": (spent["forward"], fw.get("floor", 0.0)),
-        "backward": (r["time_update"] - spent["optimizer"], bwd_flops / rates.rate(fwd_rows)
-                     + (fw.get("floor", 0.0) if grad_ckpt else 0.0)),
-        "optimizer (AdamW)": (spent["optimizer"], adamw_bytes(trainable) / rates.bandwidth),
-    }
+    phases = phases_of(c, spent, r, rates, trainable, full=lora_r == 0, grad_ckpt=grad_ckpt)
     names = list(phases)
+    rollout_s, update_s = r["time_rollout"], r["time_recompute"] + r["time_update"]
     rollout_floor = phases["prefill"][1] + phases["decode"][1]
     update_floor = sum(phases[k][1] for k in names[3:])
+    fw = c.get("forward", {})
     out.update(phases=phases, rollout_s=rollout_s, rollout_floor=rollout_floor, update_s=update_s,
                update_floor=update_floor, trainable=trainable,
                update_positions=fw.get("positions", 0), update_padded=fw.get("padded", 0),
