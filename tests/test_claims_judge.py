@@ -104,12 +104,12 @@ def _shipped():
 
 @pytest.mark.parametrize("block", ["", "heldout"])
 def test_every_shipped_record_is_its_rejudged_self(block):
-    """A stored record's verdict, marks and words are what today's rule and claims.toml give from its stored
-    numbers: after a rule or a note changes, ``python -m toyrl.lab.claims.judge`` rewrites them (no run)."""
+    """A stored record's verdict, marks and words are what the ledger's rule and claims.toml give from its stored
+    numbers: after a rule or a note changes, ``python -m toyrl.lab.claims.rejudge`` rewrites them (no run)."""
     recs = _records(SHIPPED_DIR / block if block else SHIPPED_DIR)
     assert len(recs) == len(CLAIMS)
     for name, rec in recs.items():
-        assert rejudge(CLAIMS[name], rec) == rec, f"{name}: run python -m toyrl.lab.claims.judge"
+        assert rejudge(CLAIMS[name], rec) == rec, f"{name}: run python -m toyrl.lab.claims.rejudge"
 
 
 def test_the_tests_that_decide_nothing_are_marked_and_change_the_verdict():
@@ -168,7 +168,7 @@ def test_the_page_holds_the_generated_table(tmp_path):
     copy = tmp_path / "claims.md"
     copy.write_text(text)
     assert write_table(page=copy) and copy.read_text().split(START)[1].split(END)[0] == \
-        text.split(START)[1].split(END)[0].replace("](../data/", "](data/"), "run python -m toyrl.lab.claims.judge"
+        text.split(START)[1].split(END)[0].replace("](../data/", "](data/"), "run python -m toyrl.lab.claims.rejudge"
     assert "registered, not yet run" in text and "**cannot fail**: a manipulation check" in text
 
 

@@ -15,7 +15,7 @@ claim's previous files as they were. Results go to ``out_dir`` (default ``./toyr
 the shipped ledger (``data/claims/``) and its table (``docs/claims.md``, between ``<!-- claims:start -->``
 and ``<!-- claims:end -->``, regenerated from every claim file present by ``write_table``) are
 replaced only by ``toyrl reproduce --update-shipped``. Verdicts are computed, never edited: ``judge.rejudge``
-recomputes a stored record's verdict under today's rule from its stored numbers.
+recomputes a stored record's verdict under the ledger's rule (``stats.VERDICT_RULE``) from its stored numbers.
 
 Resuming: every finished run is also kept, whole and unrounded, in ``out_dir/.runcache/``
 (``toyrl.lab.runcache``, keyed by the run's claim, arm, seed, config and the code stamp), so a rerun of a
@@ -228,7 +228,7 @@ def write_table(out_dir=None, page=None) -> bool:
               + (". Held-out block: `toyrl reproduce --first-seed 10 --update-shipped --out-dir data/claims/heldout "
                  "--no-table`, seeds the settings were not chosen on" if heldout else "")
               + ". Rejudge the stored records under the rules above, without re-running: "
-                "`python -m toyrl.lab.claims.judge`."]
+                "`python -m toyrl.lab.claims.rejudge`."]
     return report.update_page(page, claims_table(list(records.values()), heldout, link=link), "\n".join(lines))
 
 

@@ -17,19 +17,16 @@ A mark "cannot fail", "cannot pass" or "repeats" takes the test out of the verdi
 evidence=...)``); a "note" (a metric censored on half the runs of an arm or more) is shown and changes nothing.
 
     rec = rejudge(CLAIMS["turn_critic_warm"], json.loads(path.read_text()))    # no run: the stored numbers
-    python -m toyrl.lab.claims.judge     # rejudge every shipped record (both blocks) and rewrite docs/claims.md
+    python -m toyrl.lab.claims.rejudge   # every shipped record (both blocks), then docs/claims.md's table
 
 Example: turn_critic_warm's fourth test (warm - zero critic, early value loss) is declared a manipulation check;
 its other three are inconclusive, inconclusive and contradicted, so its verdict is "contradicted".
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from .stats import MIN_SEEDS, VERDICT_RULE, verdict
 
-__all__ = ["marks_for", "judge_tests", "rejudge", "notes_for", "rejudge_shipped", "NOT_EVIDENCE", "WORDS"]
+__all__ = ["marks_for", "judge_tests", "rejudge", "notes_for", "NOT_EVIDENCE", "WORDS"]
 
 NOT_EVIDENCE = ("cannot fail", "cannot pass", "repeats")
 """the marks that take a test out of the verdict"""
@@ -106,7 +103,7 @@ def judge_tests(claim, result: dict, *, quick: bool = False) -> list:
 
 
 def rejudge(claim, record: dict) -> dict:
-    """The record under today's rule, from its stored numbers (nothing is re-run): each test's marks and
+    """The record under the ledger's rule, from its stored numbers (nothing is re-run): each test's marks and
     evidence, the verdict over the evidence tests, the rule's text, and the words of ``claims.toml`` (``WORDS``
     and the notes); the claim's sentence, setting, seeds and numbers stay as they are. A registration without a
     result gets its words refreshed only. ValueError if the record is not of this claim's sentence."""
@@ -119,29 +116,3 @@ def rejudge(claim, record: dict) -> dict:
     v = verdict([t["outcome"] for t in tests], check=claim.check, evidence=[t["evidence"] for t in tests])
     return {**out, "result": {**record["result"], "tests": tests}, "verdict": v, "verdict_rule": VERDICT_RULE,
             "notes": notes_for(claim, v)}
-
-
-def rejudge_shipped(root=None) -> list:
-    """Rejudge every claim record of the shipped ledger (``root`` and ``root/heldout``; default data/claims),
-    registrations (``<claim>.pending.json``) included, rewriting those that change; returns the paths rewritten."""
-    from . import CLAIMS, SHIPPED_DIR
-    from .report import write_json
-    root = Path(root) if root is not None else SHIPPED_DIR
-    changed = []
-    for folder in (root, root / "heldout"):
-        for name, claim in CLAIMS.items():
-            for path in (folder / f"{name}.json", folder / f"{name}.pending.json"):
-                if path.exists():
-                    rec = json.loads(path.read_text())
-                    new = rejudge(claim, rec)
-                    if new != rec:
-                        write_json(path, new)
-                        changed.append(path)
-    return changed
-
-
-if __name__ == "__main__":
-    from . import write_table
-    for p in rejudge_shipped():
-        print(f"rejudged {p}")
-    write_table()
