@@ -97,7 +97,7 @@ def _rooms(r: dict, n: dict) -> list:
          f"{n['context policies']} context policies ({_names(r['context policies'])}) with the exact context of "
          "every turn stored; `flatten.py`: episodes -> `TurnBatch`, matched or flat recompute at the rollout's "
          f"temperature; `tree.py`: {n['tree strategies']} tree strategies ({_names(r['tree strategies'])}: "
-         "Tree-GRPO, ARPO, PATR) at an equal token budget; `inference_engine.py`: the rollout engine that is not the trainer, "
+         "Tree-GRPO, ARPO, PATR) grown until they reach a token budget; `inference_engine.py`: the rollout engine that is not the trainer, "
          f"{n['engine modes']} modes ({_names(r['engine modes'])}: precision, quantized weights, logit noise, "
          "truncated sampling, a lagging weight copy); `mismatch.py`: the engine / trainer gap per step, turn index "
          "and token-probability bin"),
