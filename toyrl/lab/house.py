@@ -77,7 +77,8 @@ def _rooms(r: dict, n: dict) -> list:
          "credit tasks: a snake and a fork; `layouts.py`), `toyrl/BanditChain-v0` (the hello world of per-turn credit; "
          "with `show_layout` a plan shown once, with `lures` a farmable turn reward), `toyrl/MockSearch-v0` (tool-use QA "
          "over a shipped fictional knowledge base: long noisy tool outputs, void turns, a checkable intermediate "
-         "signal, privileged reference solutions). Each is a gymnasium env over a batched numpy core, with "
+         "signal, privileged reference solutions), `toyrl/Doors-v0` (a corridor of rooms lit in a colour that names the "
+         "door out, the rule in the instruction; states recur within a group). Each is a gymnasium env over a batched numpy core, with "
          "`state_key()`, `snapshot()` / `restore()` / `fork()` and `render_text()` / `parse_action()`; "
          "`experts.py`: a planner per env, what each task asks to remember (`expert_memo`), task process scores, "
          "the shipped demonstrations"),
