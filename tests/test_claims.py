@@ -1,4 +1,4 @@
-"""The claims ledger: one claim end to end in quick mode, the JSON schema, the verdict rule, the README
+"""The claims ledger: one claim end to end in quick mode, the JSON schema, the verdict rule, the table's page
 markers, and the CLI's exit code for an unknown claim."""
 import json
 
@@ -8,7 +8,7 @@ import torch
 
 from toyrl.lab.claims import CLAIMS, REPO, SHIPPED_DIR, Claim, evaluate, redraw, run_claims
 from toyrl.lab.claims import Test as ClaimTest
-from toyrl.lab.claims.report import END, START, claims_table, load_series, update_readme
+from toyrl.lab.claims.report import END, START, claims_table, load_series, update_page
 from toyrl.lab.claims.spec import collapse_times, smooth, train_seed
 from toyrl.lab.claims.stats import VERDICTS, classify, holm, p_value, paired_effect, t_interval, verdict
 from toyrl.train import TrainConfig
@@ -129,15 +129,15 @@ def test_figure_title_names_the_setting():
     assert "staleness=2" in setting_label(CLAIMS["echo_trap"].base)
 
 
-def test_readme_markers(tmp_path, capsys):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# title\nbefore\n{START}\nold table\n{END}\nafter\n")
-    assert update_readme(readme, "| new |")
-    text = readme.read_text()
+def test_page_markers(tmp_path, capsys):
+    page = tmp_path / "claims.md"
+    page.write_text(f"# title\nbefore\n{START}\nold table\n{END}\nafter\n")
+    assert update_page(page, "| new |")
+    text = page.read_text()
     assert text == f"# title\nbefore\n{START}\n| new |\n{END}\nafter\n"
     plain = tmp_path / "PLAIN.md"
     plain.write_text("no markers here\n")
-    assert not update_readme(plain, "| new |")
+    assert not update_page(plain, "| new |")
     assert plain.read_text() == "no markers here\n"
     assert "warning" in capsys.readouterr().err
     rec = {"name": "x", "claim": "a |ratio| claim", "source": "P, arXiv 1: detail", "verdict": "not reproduced",
@@ -149,9 +149,10 @@ def test_readme_markers(tmp_path, capsys):
     same = {**rec, "setting": {"lr": 1}}
     other = {**same, "verdict": "reproduced", "seeds": [10, 11, 12]}
     rows = claims_table([same], {"x": other}).splitlines()
-    assert rows[0].endswith(" held-out block |") and rows[-1].endswith(" reproduced (10-12) |")
+    assert rows[0].endswith(" held-out block | across blocks |")
+    assert rows[-1].endswith(" reproduced (10-12) | **flips**: not reproduced / reproduced (test 1 on both) |")
     changed = {**other, "setting": {"lr": 2}}                                # an older setting: not shown
-    assert claims_table([same], {"x": changed}).splitlines()[-1].endswith(" - |")
+    assert claims_table([same], {"x": changed}).splitlines()[-1].endswith(" - | - |")
     assert claims_table([same], {}).splitlines()[-1] == claims_table([same]).splitlines()[-1]
 
 
@@ -162,6 +163,7 @@ def test_claims_table_puts_the_smollm2_twin_beside_the_toy_claim():
     held = {**twin, "verdict": "contradicted", "seeds": [10, 11]}
     rows = claims_table([toy, twin], {"smollm2_x": held}).splitlines()
     assert rows[0].endswith(" on SmolLM2 |") and rows[1].count("|") == rows[2].count("|")
+    assert claims_table([toy], link="../").count("](../data/claims/x.json)") == 1       # from docs/
     assert rows[2].endswith("[smollm2_x](data/claims/smollm2_x.json): **not reproduced** (0-1); contradicted (10-11) |")
     assert rows[3].endswith(" - |")                                       # the twin's own row has no twin
     assert "on SmolLM2" not in claims_table([toy])                       # no twin: no column
@@ -169,10 +171,10 @@ def test_claims_table_puts_the_smollm2_twin_beside_the_toy_claim():
 
 def test_one_claim_quick_end_to_end(tmp_path):
     """context_mismatch is a measurement (5 warm-up steps per seed under --quick): fast, 3 seeds from 7."""
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{START}\n{END}\noutro\n")
+    page = tmp_path / "claims.md"
+    page.write_text(f"intro\n{START}\n{END}\noutro\n")
     out = tmp_path / "claims"
-    assert run_claims(["context_mismatch"], seeds=3, first_seed=7, quick=True, workers=1, out_dir=out, readme=readme,
+    assert run_claims(["context_mismatch"], seeds=3, first_seed=7, quick=True, workers=1, out_dir=out, page=page,
                       progress=False) == 0
     rec = json.loads((out / "context_mismatch.json").read_text())
     for key in SCHEMA:
@@ -184,8 +186,10 @@ def test_one_claim_quick_end_to_end(tmp_path):
     for arm in rec["result"]["arms"].values():
         for m in arm.values():
             assert {"mean", "ci95", "per_seed"} <= set(m) and len(m["per_seed"]) == 3
-    assert all({"effect", "passed", "claimed", "outcome", "holm_rejected"} <= set(t) for t in rec["result"]["tests"])
-    assert verdict([t["outcome"] for t in rec["result"]["tests"]], check=True) == rec["verdict"]   # never by hand
+    assert all({"effect", "passed", "claimed", "outcome", "holm_rejected", "marks", "evidence"} <= set(t)
+               for t in rec["result"]["tests"])
+    assert verdict([t["outcome"] for t in rec["result"]["tests"]], check=True,
+                   evidence=[t["evidence"] for t in rec["result"]["tests"]]) == rec["verdict"]   # never by hand
     arms = rec["result"]["arms"]["measure"]
     assert arms["matched_abs_logratio"]["mean"] < 1e-4 < arms["flat_abs_logratio"]["mean"]
     series = load_series(out / "context_mismatch.series.json.gz")             # per-run series stored
@@ -193,7 +197,7 @@ def test_one_claim_quick_end_to_end(tmp_path):
     png = out / "context_mismatch.png"
     png.unlink()
     assert redraw("context_mismatch", out) == png and png.stat().st_size > 1000   # redrawn without re-running
-    text = readme.read_text()
+    text = page.read_text()
     assert text.startswith(f"intro\n{START}\n| # |") and text.endswith(f"{END}\noutro\n")
     assert "context_mismatch" in text and claims_table([rec]) in text
 
@@ -203,7 +207,7 @@ def test_registered_before_run(tmp_path):
     from toyrl.lab.claims import register
     rec = register(CLAIMS["echo_trap"], [0, 1], quick=True)
     assert rec["verdict"] == "pending" and "result" not in rec and rec["settings_tried"] >= 1
-    assert "pending" in claims_table([rec])
+    assert "registered, not yet run" in claims_table([rec]) and "planned: template MI falls" in claims_table([rec])
     # the code it is computed with: versions, and the commit in this git checkout
     import toyrl
     assert rec["code"]["toyrl"] == toyrl.__version__ and rec["code"]["torch"] == torch.__version__
@@ -232,14 +236,15 @@ def replay(name, stop_after=None):
 
 
 def shipped_bytes() -> dict:
-    """Every file of the shipped ledger and the README, as bytes."""
-    files = [p for p in sorted(SHIPPED_DIR.rglob("*")) if p.is_file()] + [REPO / "README.md"]
+    """Every file of the shipped ledger and the page of its table, as bytes."""
+    from toyrl.lab.claims import PAGE
+    files = [p for p in sorted(SHIPPED_DIR.rglob("*")) if p.is_file()] + [PAGE, REPO / "README.md"]
     return {p: p.read_bytes() for p in files}
 
 
 def test_reproduce_writes_under_the_cwd_or_out_dir_never_the_shipped_ledger(tmp_path, monkeypatch, capsys):
     """The issue's command, ``toyrl reproduce env_mask --seeds 3``, as a student runs it: results in
-    ./toyrl-results/claims/, data/claims/ and README.md byte-identical; --out-dir names another folder."""
+    ./toyrl-results/claims/, data/claims/ and docs/claims.md byte-identical; --out-dir names another folder."""
     import toyrl.lab.claims as ledger
     from toyrl.cli import main
     before = shipped_bytes()
@@ -251,8 +256,9 @@ def test_reproduce_writes_under_the_cwd_or_out_dir_never_the_shipped_ledger(tmp_
     rec = json.loads((out / "env_mask.json").read_text())
     assert rec["seeds"] == [0, 1, 2] and rec["verdict"] in VERDICTS and "result" in rec
     assert (out / "env_mask.png").stat().st_size > 1000 and load_series(out / "env_mask.series.json.gz")
-    assert sorted(p.name for p in out.iterdir()) == [".runcache", "env_mask.json", "env_mask.png",
-                                                     "env_mask.series.json.gz"]
+    held = {".toyrl-lock"}                                  # the folder's job lock (toyrl.lab.results.hold)
+    assert sorted(p.name for p in out.iterdir() if p.name not in held) == [
+        ".runcache", "env_mask.json", "env_mask.png", "env_mask.series.json.gz"]
     assert main([*argv, "--out-dir", "mine"]) == 0
     assert json.loads((tmp_path / "mine" / "env_mask.json").read_text())["result"] == rec["result"]
     assert main(["reproduce", "env_mask", "--redraw", "--out", "figs"]) == 0      # from the shipped record
@@ -287,17 +293,17 @@ def test_interrupted_reproduce_keeps_the_previous_record(tmp_path, monkeypatch):
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == sorted(previous)
 
 
-def test_update_shipped_targets_the_ledger_and_its_readme_table(tmp_path, monkeypatch):
-    """--update-shipped: data/claims/ (or a folder inside it) and then the README table; without it neither."""
+def test_update_shipped_targets_the_ledger_and_its_table(tmp_path, monkeypatch):
+    """--update-shipped: data/claims/ (or a folder inside it) and then the table; without it neither."""
     import toyrl.lab.claims as ledger
     from toyrl.cli import main
     calls = []
     monkeypatch.setattr(ledger, "run_claims", lambda names, **kw: calls.append(("run", kw["out_dir"])) or 0)
-    monkeypatch.setattr(ledger, "write_readme", lambda *a: calls.append(("readme", a)))
+    monkeypatch.setattr(ledger, "write_table", lambda *a: calls.append(("table", a)))
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "env_mask", "--update-shipped"]) == 0
     assert main(["reproduce", "env_mask", "--update-shipped", "--out-dir", str(SHIPPED_DIR / "heldout"),
-                 "--no-readme"]) == 0
+                 "--no-table"]) == 0
     assert main(["reproduce", "env_mask"]) == 0
-    assert calls == [("run", SHIPPED_DIR), ("readme", ()), ("run", SHIPPED_DIR / "heldout"),
+    assert calls == [("run", SHIPPED_DIR), ("table", ()), ("run", SHIPPED_DIR / "heldout"),
                      ("run", tmp_path / "toyrl-results" / "claims")]

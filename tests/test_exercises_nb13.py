@@ -21,9 +21,14 @@ def test_half_noise():
 
 
 def test_rloo_contrast():
-    assert ok("13.rloo_contrast", 0) and ok("13.rloo_contrast", 0.0) and ok("13.rloo_contrast", np.float64(1e-9))
-    for miss in (-0.05, 0.1, -1.0):                   # a per-turn estimator's sign, any non-zero number
-        assert not ok("13.rloo_contrast", miss)
+    right = nb13.lesson_contrast("rloo")
+    assert right["episodes"] >= 10 and ok("13.rloo_contrast", right)
+    for typed in (0, 0.0, np.float64(1e-9)):           # a typed number is not the computation
+        assert not ok("13.rloo_contrast", typed)
+    gigpo = nb13.lesson_contrast("gigpo")             # a per-turn estimator's contrast is not 0
+    assert gigpo["contrast"] < 0 and not ok("13.rloo_contrast", gigpo)
+    other = {**right, "episodes": right["episodes"] + 1, "per_episode": right["per_episode"] + [0.0]}
+    assert not ok("13.rloo_contrast", other)          # another batch
 
 
 def test_farm():

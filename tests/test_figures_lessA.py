@@ -67,6 +67,25 @@ def test_lesson13_figures():
     assert_slide(horizon.plot_horizon("s9", horizon.ledger_series()), "snake 9x9")
 
 
+def test_blame_heatmaps_use_a_blame_scale_and_mark_the_fatal_turn():
+    """Failed episodes of the snake's warm start: every GRPO and GiGPO advantage shown is negative, so the scale
+    runs from the most negative value to 0 (not +-max, where GRPO's columns would be near white)."""
+    import torch
+    from toyrl.credit import ESTIMATORS
+    from toyrl.train import Trainer
+    batch = Trainer(horizon.horizon_config(7, steps=0, seed=0)).sample().batch
+    advs = {name: ESTIMATORS[name](batch) for name in ("grpo", "gigpo")}
+    fig = horizon.plot_blame(batch, advs, title="snake 7x7 from its warm start, seed 0")
+    assert_slide(fig, "snake 7x7")
+    failed = batch.outcome() <= 0
+    lo = min(float(a[failed][batch.turn_mask[failed]].min()) for a in advs.values())
+    for ax in fig.axes[:2]:
+        im = ax.get_images()[0]
+        assert im.get_clim() == (lo, 0.0) and im.get_cmap().name == "Blues_r"
+        fatal = ax.collections[0].get_offsets()                                  # one outline per failed column
+        assert len(fatal) == int(failed.sum()) and (fatal[:, 1] == batch.turn_mask[failed].sum(1) - 1).all()
+
+
 def test_plot_arm_runs_keeps_distinct_arms_solid():
     a = [{"success_rate": np.array([0.1, 0.2, 0.3])}]
     b = [{"success_rate": np.array([0.1, 0.2, 0.4])}]

@@ -110,13 +110,15 @@ def test_weights_panel(short, long, G):
     assert fig.axes[0].get_yscale() == "log"
 
 
-@pytest.mark.parametrize("name", ["length", "loop"])
-def test_agg_panel_stored_sweeps(name):
-    sweep, _ = load_sweep(RUNS_DIR / "aggregation" / f"{name}.json")
-    for metric in ("turns_per_episode", "success_rate", "clip_frac"):
-        fig = aggregation.plot_agg_panel(sweep, metric)
-        assert_slide_figure(fig, aggregation.SETTING, label(metric))
-        assert _colors(fig.axes[0]) == {a: aggregation.COLORS[a] for a in sweep}
+def test_agg_panel_stored_sweeps():
+    length, loop = (load_sweep(RUNS_DIR / "aggregation" / f"{name}.json")[0] for name in ("length", "loop"))
+    sweeps = aggregation.panel_sweeps(length, loop)
+    settings = (aggregation.SETTING, aggregation.SETTING, aggregation.RANDOM_SETTING)
+    for sweep, setting in zip(sweeps.values(), settings):
+        for metric in ("turns_per_episode", "success_rate", "clip_frac"):
+            fig = aggregation.plot_agg_panel(sweep, metric)
+            assert_slide_figure(fig, setting, label(metric))
+            assert _colors(fig.axes[0]) == {a: aggregation.COLORS[a] for a in sweep}
 
 
 def test_plot_compare_in_slides_style():

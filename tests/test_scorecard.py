@@ -5,6 +5,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from conftest import assert_figure_standard, line_data
@@ -316,5 +317,12 @@ def test_shipped_scorecard_figures_meet_the_standard():
     fig = plot_cell(record, runs, name, "clip_frac")
     assert_figure_standard(fig, name, st["env"], f"{st['steps']} steps", f"{n} seeds", "staleness")
     left, _, probe = fig.axes
-    assert left.get_ylabel() == "clip fraction" and len(line_data(left)) == 0          # seeds: unlabelled lines
+    lines = line_data(left)                                                 # seeds unlabelled, their mean labelled
+    assert left.get_ylabel() == "clip fraction" and list(lines) == ["mean over seeds"]
+    from toyrl.lab.scorecard.plot import cell_series
+    assert np.allclose(lines["mean over seeds"][1], np.nanmean(cell_series(runs, name, "clip_frac"), 0), equal_nan=True)
     assert [t.get_text() for t in probe.get_legend().get_texts()][:2] == ["I(X;Z) per sequence", "H(Z|X) per token"]
+    assert {ln.get_linestyle() for ln in probe.get_lines() if ln.get_marker() in ("o", "s")} == {"-"}   # no dashes
+    assert {ln.get_linestyle() for ln in left.get_lines()} <= {"-", "--"}   # dashed: only the collapse marks
+    assert sum(ln.get_linestyle() == "--" for ln in left.get_lines()) == sum(
+        t is not None for t in next(c for c in record["cells"] if c["name"] == name)["t_collapse"]["per_seed"])

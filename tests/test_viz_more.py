@@ -337,8 +337,10 @@ def test_tree_panel_title():
     fig = trees.tree_panel("arpo", seed=2, task=1)
     assert fig.axes[0].get_title() == (f"{trees.TREE_SETTING}\narpo, seed 2, task 1: {node.shape[0]} leaves, "
                                        f"{len(trees.tree_edges(node, mask)[0])} turn nodes\nwhole batch (2 tasks): "
-                                       f"{stats['leaves']} leaves, {stats['tokens_generated']} tokens "
-                                       f"(budget {stats['token_budget']})")
+                                       f"{stats['leaves']} leaves, {stats['tokens_generated']} tokens against a "
+                                       f"budget of {stats['token_budget']} "
+                                       f"({stats['tokens_generated'] / stats['token_budget']:.2f}x)")
+    assert stats["tokens_generated"] >= stats["token_budget"]                  # the last round overshoots
     assert_figure_standard(fig, "GridWorld 4x4", "arpo", "seed 2", "task 1")
 
 
@@ -346,6 +348,30 @@ def test_budget_table_small():
     arms = {k: replace(v, prompts_per_step=1) for k, v in trees.tree_arms().items() if k != "PATR"}
     t = trees.budget_table(arms)
     assert set(t) == set(arms) and all(r["tokens"] > 0 for r in t.values())
+    for a in ("Tree-GRPO", "ARPO"):
+        assert t[a]["tokens"] >= t[a]["budget"] > 0                             # grown until its budget is reached
+    assert np.isnan(t["independent (GRPO)"]["budget"]) and 0 <= t["ARPO"]["arpo_spread"] < 0.5
+
+
+def test_arpo_weights_by_hand_and_uniform_before_training():
+    """Rows of policy tokens with entropies: row 0 turns start at H 1.0 and 2.5 -> clip(0.5 + 0.2 * 1.5) = 0.8;
+    row 1 has one turn only -> NaN after it; turn 0 is never a boundary."""
+    from toyrl.batch import TurnBatch
+    pm = torch.tensor([[1, 0, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
+    tid = torch.tensor([[0, 0, 1, 1], [0, 0, 0, -1]])
+    ent = torch.tensor([[1.0, 9.0, 2.5, 7.0], [3.0, 1.0, 0.0, 0.0]])
+    b = TurnBatch(tokens=torch.zeros(2, 4, dtype=torch.long), policy_mask=pm, turn_id=tid,
+                  old_logp=torch.zeros(2, 4), turn_mask=torch.tensor([[True, True], [True, False]]),
+                  turn_reward=torch.zeros(2, 2), group=torch.zeros(2, dtype=torch.long),
+                  state_key=torch.zeros(2, 2, dtype=torch.long), entropy=ent)
+    w = trees.arpo_weights(b)
+    assert torch.isnan(w[:, 0]).all() and w[0, 1].item() == pytest.approx(0.8) and torch.isnan(w[1, 1])
+    assert trees.arpo_weights(b, tau=0.9, beta=1.0)[0, 1].item() == 1.0        # clipped at 1
+    arms = trees.tree_arms()
+    t = trees.budget_table({a: replace(arms[a], prompts_per_step=2) for a in ("Tree-GRPO", "ARPO")})
+    assert t["ARPO"]["arpo_spread"] < 0.01                                      # untrained: every weight ~ tau
+    assert {k: v for k, v in t["ARPO"].items() if k != "arpo_spread"} == \
+        {k: v for k, v in t["Tree-GRPO"].items() if k != "arpo_spread"}          # so ARPO draws Tree-GRPO's tree
 
 
 @pytest.mark.parametrize("metric,x", list(itertools.product(trees.KEYS[:4], ("step", "tokens"))))
@@ -394,16 +420,21 @@ def test_weights_panel_range(short, long, G):
 
 @pytest.mark.parametrize("metric", ("turns_per_episode", "success_rate", "zero_var_frac", "clip_frac", "grad_norm"))
 def test_agg_panel_range(metric):
-    sweeps = {"length": fake_sweep(aggregation.length_arms(), aggregation.KEYS),
-              "loop": fake_sweep(aggregation.loop_arms(), aggregation.KEYS, seed=1)}
-    for name, sweep in sweeps.items():
+    loop = fake_sweep(aggregation.loop_arms(), aggregation.KEYS, seed=1)
+    sweeps = aggregation.panel_sweeps(fake_sweep(aggregation.length_arms(), aggregation.KEYS), loop)
+    settings = [aggregation.SETTING, aggregation.SETTING, aggregation.RANDOM_SETTING]
+    for (name, sweep), setting in zip(sweeps.items(), settings):
         fig = aggregation.plot_agg_panel(sweep, key=metric, smooth_w=10)
         ax = fig.axes[0]
         assert_curves_drawn(ax, arm_curves(sweep, metric, smooth_w=10))
-        assert_figure_standard(fig, aggregation.SETTING, label(metric))
+        assert_figure_standard(fig, setting, label(metric))
         assert_curves_drawn(aggregation.agg_panel(sweeps, name, metric, 10).axes[0], arm_curves(sweep, metric,
                                                                                                smooth_w=10))
-    assert list(line_data(aggregation.agg_panel(sweeps).axes[0])) == list(sweeps["length"])   # default: the first
+    first = next(iter(sweeps.values()))
+    assert list(line_data(aggregation.agg_panel(sweeps).axes[0])) == list(first)   # default: the first
+    assert set(sweeps["BC warm start (random maps)"]) == set(aggregation.RANDOM_ARMS)
+    with pytest.raises(ValueError, match="mix the fixed map and random maps"):        # one axis, one setting
+        aggregation.plot_agg_panel(loop, key=metric)
 
 
 def test_arms_validate():

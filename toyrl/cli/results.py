@@ -2,12 +2,12 @@
 ``toyrl precompute`` (the runs the notebooks load).
 
 Each writes under ``--out-dir D`` (alias ``--out``) or, by default, ``./toyrl-results/<kind>/`` in the current
-directory; the shipped results in the checkout's ``data/`` tree (and the README claims table) are replaced only
+directory; the shipped results in the checkout's ``data/`` tree (and the claims table, ``docs/claims.md``) are replaced only
 with ``--update-shipped`` (``toyrl.lab.results.out_dir``; a folder on the wrong side of ``data/`` is a one-line
 usage error before any work):
 
     toyrl reproduce env_mask --quick --seeds 3                  # -> ./toyrl-results/claims/env_mask.{json,png,...}
-    toyrl reproduce env_mask --update-shipped                   # -> data/claims/ and the README table
+    toyrl reproduce env_mask --update-shipped                   # -> data/claims/ and docs/claims.md's table
     toyrl precompute void --out-dir mine                        # -> mine/void/filter.json
 
 A claim's, a card's or a run's files are written whole once its runs are done (``toyrl.lab.results.atomic_write``),
@@ -123,12 +123,12 @@ def cmd_reproduce(args) -> int:
         return 0
     from ..lab.results import hold
     with hold(out, "toyrl reproduce"):                    # one job per folder; FolderError before any run
-        from ..lab.claims import run_claims, write_readme
+        from ..lab.claims import run_claims, write_table
         code = run_claims(args.claims, seeds=args.seeds, first_seed=args.first_seed, quick=args.quick,
                           workers=args.workers, out_dir=out, progress=not args.no_progress, backend=args.backend,
                           address=args.ray_address, fresh=args.fresh, keep_going=args.keep_going)
-    if code == 0 and args.update_shipped and not args.no_readme:
-        write_readme()                                     # the shipped table: data/claims (+ heldout/)
+    if code == 0 and args.update_shipped and not args.no_table:
+        write_table()                                      # the shipped table: data/claims (+ heldout/)
     return code
 
 
@@ -151,8 +151,8 @@ def add_reproduce(sub) -> None:
     r.add_argument("--quick", action="store_true", help="shorter runs (the whole ledger in under 8 minutes)")
     r.add_argument("--workers", action=AtLeast, default=max(1, (os.cpu_count() or 2)), help="worker processes")
     add_out_flags(r, "claims", "the JSON records, series and figures")
-    r.add_argument("--no-readme", action="store_true",
-                   help="with --update-shipped: do not regenerate the README claims table")
+    r.add_argument("--no-table", action="store_true",
+                   help="with --update-shipped: do not regenerate the claims table (docs/claims.md)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_resume_flag(r)
     r.add_argument("--redraw", action="store_true", help="redraw the figures from the stored series (no runs) "

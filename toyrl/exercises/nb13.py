@@ -25,14 +25,32 @@ def half_noise_ex(answer):
     return False, "start from the key equation's (1 - eps (1 - 1/A))^L, set it to 1/2 and solve for eps."
 
 
+def lesson_contrast(name: str = "rloo") -> dict:
+    """``turn_contrast`` of estimator ``name`` on the lesson's batch: 8 tasks x 8 rollouts of the 7x7 snake from its
+    warm start, seed 0 (``horizon_config(7, steps=0, seed=0)``)."""
+    from ..credit import ESTIMATORS
+    from ..train import Trainer
+    from ..viz.horizon import horizon_config, turn_contrast
+    batch = Trainer(horizon_config(7, steps=0, seed=0)).sample().batch
+    return turn_contrast(batch, ESTIMATORS[name](batch))
+
+
 @exercise("13.rloo_contrast")
 def rloo_contrast(answer):
-    """``turn_contrast(batch, ESTIMATORS["rloo"](batch))["contrast"]`` on the lesson's 7x7 snake batch: the fatal
-    turn's RLOO advantage minus the mean over its episode's earlier turns, averaged over the failed episodes."""
-    got = float(answer)
-    if abs(got) < 1e-6:
-        return True, ("0: RLOO, like GRPO, gives each turn of an episode the episode's one advantage (R_i minus the "
-                      "mean of the others), so it cannot tell the fatal move from the right moves before it.")
+    """What ``turn_contrast(batch, ESTIMATORS["rloo"](batch))`` returns on the lesson's 7x7 snake batch (the whole
+    dict): per failed episode that fell, the fatal turn's RLOO advantage minus the mean over its earlier turns, and
+    their mean. A typed number is refused: the check needs the computation on that batch."""
+    if not isinstance(answer, dict) or not {"episodes", "contrast", "per_episode"} <= set(answer):
+        return False, ("pass the whole result of the call, a dict: turn_contrast(batch, ESTIMATORS['rloo'](batch)); "
+                       "predict its contrast first")
+    want = lesson_contrast("rloo")
+    if answer["episodes"] != want["episodes"] or len(answer["per_episode"]) != want["episodes"]:
+        return False, (f"computed on another batch: the lesson's (snake 7x7, seed 0) has {want['episodes']} failed "
+                       "episodes that ended in a fall")
+    if all(abs(float(v)) < 1e-6 for v in answer["per_episode"]) and abs(float(answer["contrast"])) < 1e-6:
+        return True, ("0 on every episode: RLOO, like GRPO, gives each turn of an episode the episode's one advantage "
+                      "(R_i minus the mean of the others), so it cannot tell the fatal move from the right moves "
+                      "before it.")
     return False, "RLOO's advantage is R_i - mean_{j != i} R_j for every turn of episode i. Does it depend on the turn?"
 
 

@@ -1,6 +1,6 @@
 """The lab: experiments run on top of the trainer, apart from the data path.
 
-- ``claims``: the claims ledger (pre-registered comparisons over seeds, their verdicts and README table);
+- ``claims``: the claims ledger (pre-registered comparisons over seeds, their verdicts and their table, docs/claims.md);
 - ``scorecard``: the stability scorecard (which design choices collapse, over seeds) with ``mi`` and ``plot``;
 - ``bench``: timings of the envs, the estimators and a training step;
 - ``demo``: ``toyrl demo``, a collapse and its fix;

@@ -77,7 +77,8 @@ def _rooms(r: dict, n: dict) -> list:
          "credit tasks: a snake and a fork; `layouts.py`), `toyrl/BanditChain-v0` (the hello world of per-turn credit; "
          "with `show_layout` a plan shown once, with `lures` a farmable turn reward), `toyrl/MockSearch-v0` (tool-use QA "
          "over a shipped fictional knowledge base: long noisy tool outputs, void turns, a checkable intermediate "
-         "signal, privileged reference solutions). Each is a gymnasium env over a batched numpy core, with "
+         "signal, privileged reference solutions), `toyrl/Doors-v0` (a corridor of rooms lit in a colour that names the "
+         "door out, the rule in the instruction; states recur within a group). Each is a gymnasium env over a batched numpy core, with "
          "`state_key()`, `snapshot()` / `restore()` / `fork()` and `render_text()` / `parse_action()`; "
          "`experts.py`: a planner per env, what each task asks to remember (`expert_memo`), task process scores, "
          "the shipped demonstrations"),
@@ -97,7 +98,7 @@ def _rooms(r: dict, n: dict) -> list:
          f"{n['context policies']} context policies ({_names(r['context policies'])}) with the exact context of "
          "every turn stored; `flatten.py`: episodes -> `TurnBatch`, matched or flat recompute at the rollout's "
          f"temperature; `tree.py`: {n['tree strategies']} tree strategies ({_names(r['tree strategies'])}: "
-         "Tree-GRPO, ARPO, PATR) at an equal token budget; `inference_engine.py`: the rollout engine that is not the trainer, "
+         "Tree-GRPO, ARPO, PATR) grown until they reach a token budget; `inference_engine.py`: the rollout engine that is not the trainer, "
          f"{n['engine modes']} modes ({_names(r['engine modes'])}: precision, quantized weights, logit noise, "
          "truncated sampling, a lagging weight copy); `mismatch.py`: the engine / trainer gap per step, turn index "
          "and token-probability bin"),

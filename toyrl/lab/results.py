@@ -33,7 +33,7 @@ __all__ = ["REPO", "SHIPPED", "RESULTS", "LOCK", "MIN_FREE", "FolderError", "shi
            "hold", "check_room"]
 
 REPO = Path(__file__).resolve().parents[2]
-"""the checkout: its ``data/`` holds the shipped results, its ``README.md`` the claims table"""
+"""the checkout: its ``data/`` holds the shipped results, its ``docs/claims.md`` the claims table"""
 SHIPPED = REPO / "data"
 """the shipped results tree (claims/, scorecard/, runs/<topic>/)"""
 RESULTS = "toyrl-results"

@@ -30,12 +30,17 @@ from .prototype import RUNS_DIR, arms_figure, compare, final_mean, sweep_to
 from .style import arm_color, figsize, font_size, subplots
 
 __all__ = ["token_weights", "advantage_mass", "plot_token_weights", "plot_advantage_mass", "weights_panel",
-           "grid_config", "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "agg_panel", "precompute",
-           "ledger_arms", "ledger_runs", "LEDGER_RUNS", "COLORS", "KEYS", "SETTING"]
+           "grid_config", "length_arms", "loop_arms", "granularity_table", "plot_agg_panel", "agg_panel",
+           "panel_sweeps", "precompute", "ledger_arms", "ledger_runs", "LEDGER_RUNS", "COLORS", "KEYS", "SETTING",
+           "RANDOM_SETTING", "RANDOM_ARMS"]
 
-SETTING = "GridWorld 4x4, P=4 x G=8, think <= 4"
-"""the setting of this notebook's sweeps (``grid_config``: at most 4 reasoning tokens per turn), named in its
-figure titles"""
+SETTING = "GridWorld fixed 4x4 map, P=4 x G=8, think <= 4"
+"""the setting of this notebook's sweeps on the fixed map (``grid_config``: P = 4 tasks x G = 8 rollouts, at most 4
+reasoning tokens per turn), named in its figure titles"""
+RANDOM_SETTING = "GridWorld random 4x4 maps, P=4 x G=8, think <= 4"
+"""the setting of ``loop_arms``' behaviour-cloning arms: a new random 4x4 map per task"""
+RANDOM_ARMS = ("random maps, no BC", "random maps, BC 20")
+"""the arms of ``loop_arms`` played on random maps (the others play the fixed map)"""
 KEYS = ("reward_mean", "success_rate", "turns_per_episode", "zero_var_frac", "clip_frac", "grad_norm")
 COLORS = {"GRPO, token-mean": "#1f77b4", "GRPO, seq-mean-token-mean": "#17becf", "Dr. GRPO": "#8c564b",
           "RLOO": "#2ca02c", "LOOP token": "#d62728", "LOOP turn": "#9467bd", "LOOP trajectory": "#ff7f0e",
@@ -166,17 +171,32 @@ def granularity_table(sweep: dict, arms=("LOOP token", "LOOP turn", "LOOP trajec
 
 
 def plot_agg_panel(sweep: dict, key: str = "turns_per_episode", arms=None, smooth_w: int = 5):
-    """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds), titled with the setting
-    (loop.json's random-maps arms: random 4x4 lakes instead of the fixed map)."""
-    fig = arms_figure(sweep, key, arms, smooth_w, setting=SETTING, colors=COLORS)
+    """Widget panel: ``key`` over steps for the chosen arms (mean +- s.e. over seeds), titled with their setting:
+    the fixed map (``SETTING``) or, for ``RANDOM_ARMS``, random maps (``RANDOM_SETTING``). Arms of both settings
+    on one axis are refused (ValueError): draw them apart (``panel_sweeps``)."""
+    drawn = list(arms if arms is not None else sweep)
+    rand = [a in RANDOM_ARMS for a in drawn]
+    if any(rand) and not all(rand):
+        raise ValueError(f"arms: {drawn} mix the fixed map and random maps ({', '.join(RANDOM_ARMS)}); draw them "
+                         "apart (panel_sweeps)")
+    setting = RANDOM_SETTING if all(rand) and drawn else SETTING
+    fig = arms_figure(sweep, key, arms, smooth_w, setting=setting, colors=COLORS)
     ax = fig.axes[0]
-    ax.set_title(ax.get_title().replace(f"{SETTING}: ", f"{SETTING}:\n"))    # two lines: it fits a slide
+    ax.set_title(ax.get_title().replace(f"{setting}: ", f"{setting}:\n"))    # two lines: it fits a slide
     return fig
+
+
+def panel_sweeps(length: dict, loop: dict) -> dict:
+    """The widget's sweeps, one setting each: the aggregation / normalization arms and the ratio-level arms on the
+    fixed map, the behaviour-cloning arms on random maps (``RANDOM_ARMS``, stored with the ratio levels)."""
+    return {"aggregation / normalization (fixed map)": length,
+            "ratio level (fixed map)": {a: c for a, c in loop.items() if a not in RANDOM_ARMS},
+            "BC warm start (random maps)": {a: c for a, c in loop.items() if a in RANDOM_ARMS}}
 
 
 def agg_panel(sweeps: dict, sweep: str = "", metric: str = "turns_per_episode", smooth: int = 5):
     """Notebook 8's curve widget: ``plot_agg_panel`` of the sweep named ``sweep`` in ``sweeps`` (the first
-    when empty). Bind the sweeps: ``interactive(bind(agg_panel, sweeps), sweep=list(sweeps), ...)``."""
+    when empty; ``panel_sweeps``). Bind the sweeps: ``interactive(bind(agg_panel, sweeps), sweep=list(sweeps), ...)``."""
     return plot_agg_panel(sweeps[sweep or next(iter(sweeps))], key=metric, smooth_w=smooth)
 
 

@@ -110,22 +110,37 @@ def turn_contrast(batch, adv: torch.Tensor, max_turns: Optional[int] = None) -> 
 @styled
 def plot_blame(batch, advs: dict, *, episodes: Optional[int] = None, title: str = ""):
     """The turn advantages ({estimator: (B, H)}) of the failed episodes of one batch (the first ``episodes``; None:
-    all, the title counts them), side by side on one colour scale (red credit, blue blame) with one colour bar; the
-    fatal turn is each column's last cell. Returns the Figure."""
+    all, the title counts them), side by side on one colour scale with one colour bar; each column's fatal turn (its
+    last cell) is outlined. Where every advantage shown is <= 0 (failed episodes under an outcome baseline), the
+    scale runs from the most negative value (darkest blue) to 0 (white), so the differences between turns of one
+    column are visible; otherwise it is symmetric around 0 (red credit, blue blame). Returns the Figure."""
+    from matplotlib.lines import Line2D
     every = torch.nonzero(batch.outcome() <= 0).flatten()
     failed = every[:episodes]
     if len(failed) == 0:
         raise ValueError("the batch holds no failed episode")
-    mask = batch.turn_mask[failed]
-    vmax = max(float(a[failed][mask].abs().max()) for a in advs.values()) or 1.0
+    mask = batch.turn_mask[failed]                                               # (F, H)
+    shown_vals = torch.cat([a[failed][mask].float() for a in advs.values()])
+    lo, hi = float(shown_vals.min()), float(shown_vals.max())
+    blame_only = hi <= 0
+    vmax = max(abs(lo), abs(hi)) or 1.0
+    last = mask.sum(1) - 1                                                       # (F,) each column's fatal turn
     fig, axes = subplots(1, len(advs), size=figsize(10, 4.4), sharey=True, squeeze=False, layout="constrained")
     shown = f"all {len(every)}" if len(failed) == len(every) else f"{len(failed)} of {len(every)}"
     for ax, (name, a) in zip(axes[0], advs.items()):
         im = heatmap(ax, a[failed], mask, vmax=vmax, colorbar=False, xlabel=f"failed episode ({shown})",
                      ylabel="turn", title=name)
+        if blame_only:
+            im.set_cmap("Blues_r")
+            im.set_clim(lo if lo < 0 else -1.0, 0.0)
+        ax.scatter(np.arange(len(failed)), last.numpy(), marker="s", s=22, facecolors="none", edgecolors="black",
+                   linewidths=0.9, zorder=3)
     cbar = fig.colorbar(im, ax=list(axes[0]), fraction=0.03, pad=0.02)
-    cbar.set_label("advantage (shared scale)", fontsize=font_size("label"))
+    cbar.set_label("advantage (shared scale" + (", all <= 0)" if blame_only else ")"), fontsize=font_size("label"))
     cbar.ax.tick_params(labelsize=font_size("tick"))
+    fig.legend([Line2D([], [], ls="", marker="s", markerfacecolor="none", markeredgecolor="black")],
+               ["fatal turn (the episode's last)"], loc="outside lower center", frameon=False,
+               fontsize=font_size("legend"))
     fig.suptitle(title, fontsize=font_size("suptitle"), wrap=True)
     return fig
 

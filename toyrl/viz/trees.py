@@ -1,17 +1,17 @@
-"""Trees and exploration (notebook 7): Tree-GRPO, ARPO and PATR at an equal token budget, and T2PO's resampling
+"""Trees and exploration (notebook 7): Tree-GRPO, ARPO and PATR near an equal token budget, and T2PO's resampling
 (which spends more).
 
 Dimension legend: B leaves (rows), H turns, P tasks, G group size, S seeds, N steps.
 
 ``TrainConfig(rollout="tree" | "arpo" | "patr")`` replaces G independent episodes per task by a
-tree per task grown until it has generated as many tokens as G independent episodes would have
-(``toyrl.rollout.tree.tree_rollout``); siblings share a prefix, so their comparison isolates the turns
+tree per task grown in rounds until it has generated as many tokens as G independent episodes would have
+(``toyrl.rollout.tree.tree_rollout``; the last round's branches overshoot that budget); siblings share a prefix, so their comparison isolates the turns
 after the branch point. ``t2po_eta`` regenerates turns whose uncertainty stalled (T2PO), which
 spends extra tokens. The turns of a shared prefix carry one node id (``TurnBatch.node``), which is
 all ``tree_edges`` needs to draw the tree.
 
 Every arm plays the claims ledger's ``tree_rollout`` setting (``toyrl.lab.claims.credit``): random 4x4 lakes (a new
-map per task, 12 turns at most), P=4 tasks x G=8. Two success rates are logged, and they are not the same thing:
+map per task, 12 turns at most), P=4 tasks per batch x G=8 rollouts per task. Two success rates are logged, and they are not the same thing:
 
 - ``success_rate``: the success of the training batch's rows. For a tree arm the rows are leaves that share
   prefixes and were grown from the chains the tree chose to branch, so this is not the policy's success on an
@@ -36,7 +36,7 @@ from .plots import label
 from .prototype import arm_curves, curve_stats, draw_curves, final_mean, sweep_precompute
 from .style import arm_color, figsize, font_size, subplots
 
-__all__ = ["grid_config", "tree_arms", "budget_table", "tree_edges", "tree_layout", "leaf_outcomes", "draw_tree",
+__all__ = ["grid_config", "tree_arms", "budget_table", "arpo_weights", "tree_edges", "tree_layout", "leaf_outcomes", "draw_tree",
            "sample_tree", "tree_panel", "evaluated_steps", "last_evaluated", "final_evaluated", "success_gap",
            "key_curves", "final_table",
            "plot_tree_panel", "tree_curve_panel", "precompute", "COLORS", "KEYS", "SETTING", "TREE_SETTING", "EVAL_KEY",
@@ -54,7 +54,7 @@ COLORS = {"independent (GRPO)": arm_color("grpo"), "Tree-GRPO": "#d62728", "ARPO
           "T2PO eta=0.3": "#ff7f0e"}
 """arm -> its colour in every figure of the lesson (five distinct colours; GRPO's as in every lesson)"""
 KEYS = ("reward_mean", "success_rate", "tokens_generated", "batch_size", "turns_per_episode", EVAL_KEY)
-SETTING = "GridWorld 4x4 random lakes, P=4 x G=8 token budget"
+SETTING = "GridWorld 4x4 random lakes, P=4 tasks x G=8 token budget"
 """the setting of the sweep (``tree_arms``), named in its learning-curve titles"""
 TREE_SETTING = "GridWorld 4x4 random lakes, untrained policy, G=8 token budget"
 """the setting of ``sample_tree``'s batches, named in the tree figures' titles"""
@@ -81,22 +81,41 @@ def tree_arms(steps: int = STEPS, eta: float = 0.3) -> dict:
 
 
 def budget_table(arms: dict, n_batches: int = 1) -> dict:
-    """Tokens generated, leaves (rows) and turns per batch of each arm's first ``n_batches`` samples.
-
-    Returns {arm: {"tokens": mean tokens per batch, "rows": mean rows, "turns": mean turns per row}}.
-    """
+    """{arm: {"tokens", "rows", "turns" per row, "budget": a tree's own (G x its first chains' mean cost), "arpo_spread":
+    ARPO's largest |w - tau| (``arpo_weights``)}}, means over each arm's first ``n_batches`` batches; NaN: not a tree."""
     out = {}
     for name, cfg in arms.items():
         tr = Trainer(replace(cfg, steps=0))
-        tok, rows, turns = [], [], []
+        tok, rows, turns, budget, spread = [], [], [], [], []
         for _ in range(n_batches):
             ro = tr.sample()
             tok.append(ro.stats.get("tokens_generated", 0))
+            budget.append(ro.stats.get("token_budget", float("nan")))
             rows.append(ro.batch.B)
             turns.append(float(ro.batch.turn_mask.sum(1).float().mean()))
+            if cfg.rollout == "arpo":
+                w = arpo_weights(ro.batch)
+                spread.append(float((w[torch.isfinite(w)] - 0.5).abs().max()))
             tr.step_idx += 1
-        out[name] = {"tokens": float(np.mean(tok)), "rows": float(np.mean(rows)), "turns": float(np.mean(turns))}
+        out[name] = {"tokens": float(np.mean(tok)), "rows": float(np.mean(rows)), "turns": float(np.mean(turns)),
+                     "budget": float(np.mean(budget)), "arpo_spread": max(spread) if spread else float("nan")}
     return out
+
+
+def arpo_weights(batch, *, tau: float = 0.5, beta: float = 0.2) -> torch.Tensor:
+    """ARPO's branch weight at each turn boundary (B, H), NaN at turn 0 and past the last turn: clip(tau + beta *
+    (H_k - H_0), 0, 1), H_k the entropy of turn k's first policy token (``rollout.tree.branch_weights``). Where the
+    entropy does not rise (an untrained policy) every weight is tau: ARPO branches uniformly, as Tree-GRPO does.
+    Example: turns starting at entropies 1.0 and 2.5 -> [[nan, 0.8]] (tau 0.5, beta 0.2)."""
+    B, T = batch.tokens.shape
+    H = batch.turn_mask.shape[1]
+    pos = torch.where(batch.policy_mask, torch.arange(T).expand(B, T), torch.full((B, T), T))        # (B, T)
+    first = torch.full((B, H), T).scatter_reduce(1, batch.turn_id.clamp(min=0), pos, reduce="amin")    # (B, H)
+    ent = torch.cat([batch.entropy.float(), torch.full((B, 1), float("nan"))], 1)                     # (B, T + 1)
+    h = ent.gather(1, first.clamp(max=T))                                                             # (B, H)
+    w = (tau + beta * (h - h[:, :1])).clamp(0.0, 1.0)
+    w[:, 0] = float("nan")
+    return torch.where(batch.turn_mask & (first < T), w, torch.full_like(w, float("nan")))
 
 
 def tree_edges(node: torch.Tensor, turn_mask: torch.Tensor) -> tuple[list, dict]:
@@ -199,9 +218,10 @@ def tree_panel(strategy: str = "tree", seed: int = 0, task: int = 0):
     against its budget."""
     node, mask, R, stats = sample_tree(strategy, seed=seed, task=task)
     n_nodes = len(tree_edges(node, mask)[0])
+    used, budget = stats["tokens_generated"], stats["token_budget"]
     ax = draw_tree(node, mask, R, title=f"{TREE_SETTING}\n{strategy}, seed {seed}, task {task}: {node.shape[0]} "
                                         f"leaves, {n_nodes} turn nodes\nwhole batch (2 tasks): {stats['leaves']} "
-                                        f"leaves, {stats['tokens_generated']} tokens (budget {stats['token_budget']})")
+                                        f"leaves, {used} tokens against a budget of {budget} ({used / budget:.2f}x)")
     return ax.figure
 
 

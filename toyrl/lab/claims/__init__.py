@@ -12,9 +12,10 @@ each run to scalar metrics; paired t intervals, Holm correction and the one verd
 ``<claim>.json`` (the registration with the result and verdict), each file whole
 (``toyrl.lab.results.atomic_write``), and remove the pending file. An interrupted run leaves the
 claim's previous files as they were. Results go to ``out_dir`` (default ``./toyrl-results/claims``);
-the shipped ledger (``data/claims/``) and the README claims table (between ``<!-- claims:start -->``
-and ``<!-- claims:end -->``, regenerated from every claim file present by ``write_readme``) are
-replaced only by ``toyrl reproduce --update-shipped``. Verdicts are computed, never edited.
+the shipped ledger (``data/claims/``) and its table (``docs/claims.md``, between ``<!-- claims:start -->``
+and ``<!-- claims:end -->``, regenerated from every claim file present by ``write_table``) are
+replaced only by ``toyrl reproduce --update-shipped``. Verdicts are computed, never edited: ``judge.rejudge``
+recomputes a stored record's verdict under the ledger's rule (``stats.VERDICT_RULE``) from its stored numbers.
 
 Resuming: every finished run is also kept, whole and unrounded, in ``out_dir/.runcache/``
 (``toyrl.lab.runcache``, keyed by the run's claim, arm, seed, config and the code stamp), so a rerun of a
@@ -23,8 +24,8 @@ recomputes them all. A reused run gives the same floats as a computed one, so th
 
 Modules: ``spec`` (Claim, Test, run_job, per-run metrics), ``stability``, ``credit``, ``echo``, ``offpolicy``,
 ``engine``, ``horizon`` and ``llm`` (the claims; ``llm``'s run SmolLM2),
-``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict), ``report`` (JSON,
-series, figures, README). Runs go through ``toyrl.lab.runcache.RunCache.run`` (``toyrl.lab.parallel.iter_tasks``:
+``measures`` (measurement claims), ``stats`` (t intervals, Holm, verdict, the flip rule), ``judge`` (which tests
+are evidence, a stored record rejudged), ``report`` (JSON, series, figures, the table). Runs go through ``toyrl.lab.runcache.RunCache.run`` (``toyrl.lab.parallel.iter_tasks``:
 a spawn pool or Ray).
 """
 from __future__ import annotations
@@ -34,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
+
+import numpy as np
 
 from . import report
 from .credit import CREDIT_CLAIMS
@@ -47,16 +50,17 @@ from ..runcache import CACHE_DIR, RunCache
 from .report import claims_table, load_series, write_figure, write_json, write_series
 from .spec import Claim, Test, run_job, train_seed
 from .stability import STABILITY_CLAIMS
-from .stats import VERDICT_RULE, _r, classify, holm, paired_effect, summary, verdict
+from .judge import judge_tests, notes_for
+from .stats import FLIP_RULE, VERDICT_RULE, _r, classify, holm, paired_effect, summary, verdict
 
-__all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "redraw", "write_readme", "REPO",
-           "SHIPPED_DIR"]
+__all__ = ["CLAIMS", "Claim", "Test", "run_claims", "evaluate", "register", "redraw", "write_table", "REPO",
+           "SHIPPED_DIR", "PAGE"]
 
 CLAIMS = {c.name: c for c in STABILITY_CLAIMS + ECHO_CLAIMS + OFFPOLICY_CLAIMS + ENGINE_CLAIMS + CREDIT_CLAIMS
                                 + HORIZON_CLAIMS + LLM_CLAIMS}
 """name -> Claim, in ledger order"""
 SHIPPED_DIR = shipped_dir("claims")
-"""the shipped ledger, data/claims of the checkout (``REPO``, where README.md lives too)"""
+"""the shipped ledger, data/claims of the checkout (``REPO``)"""
 
 
 def _execute(job: tuple) -> dict:
@@ -86,9 +90,14 @@ def run_spec(job: tuple) -> dict:
             "quick": quick, **what}
 
 
-def evaluate(claim: Claim, runs: dict, seeds: Sequence[int]) -> tuple:
-    """({"arms": per-arm summaries, "tests": effects with Holm decisions}, verdict) from ``runs``
-    (arm -> seed -> {"metrics": ..., "series": ...})."""
+def _values(runs: dict, arm: str, metric: str, seeds) -> np.ndarray:
+    return np.array([runs[arm][s]["metrics"].get(metric, float("nan")) for s in seeds], dtype=float)
+
+
+def evaluate(claim: Claim, runs: dict, seeds: Sequence[int], *, quick: bool = False) -> tuple:
+    """({"arms": per-arm summaries, "tests": effects with Holm decisions, marks and evidence}, verdict) from
+    ``runs`` (arm -> seed -> {"metrics": ..., "series": ...}); ``quick``: the runs were --quick (the censor of
+    ``claim.censored`` metrics). The verdict reads the evidence tests only (``judge.judge_tests``)."""
     arms = {}
     for arm in claim.arms:
         per_seed = [runs[arm][s]["metrics"] for s in seeds]
@@ -96,9 +105,13 @@ def evaluate(claim: Claim, runs: dict, seeds: Sequence[int]) -> tuple:
         arms[arm] = {k: summary([m.get(k, float("nan")) for m in per_seed]) for k in keys}
     tests = []
     for t in claim.tests:
-        a = [runs[t.arm][s]["metrics"].get(t.metric, float("nan")) for s in seeds]
-        b = None if t.baseline is None else [runs[t.baseline][s]["metrics"].get(t.metric, float("nan")) for s in seeds]
+        a = _values(runs, t.arm, t.metric, seeds)
+        b = None if t.baseline is None else _values(runs, t.baseline, t.metric, seeds)
+        if t.minus is not None:                                   # (arm - baseline) - (arm' - baseline')
+            a = a - (b if b is not None else 0.0)
+            b = _values(runs, t.minus[0], t.metric, seeds) - _values(runs, t.minus[1], t.metric, seeds)
         tests.append({"name": t.name, "metric": t.metric, "arm": t.arm, "baseline": t.baseline,
+                      **({"minus": list(t.minus)} if t.minus else {}),
                       "claimed": f"{'>' if t.sign > 0 else '<'} {t.threshold:g}",
                       "effect": paired_effect(a, b, threshold=t.threshold)})
     rejected = holm([t["effect"]["p"] if t["effect"]["p"] is not None else float("nan") for t in tests])
@@ -106,7 +119,9 @@ def evaluate(claim: Claim, runs: dict, seeds: Sequence[int]) -> tuple:
         t["holm_rejected"] = bool(rej)
         t["outcome"] = classify(t["effect"], rej, sign=spec_.sign, threshold=spec_.threshold)
         t["passed"] = t["outcome"] == "passed"
-    return {"arms": arms, "tests": tests}, verdict([t["outcome"] for t in tests], check=claim.check)
+    tests = judge_tests(claim, {"arms": arms, "tests": tests}, quick=quick)
+    return {"arms": arms, "tests": tests}, verdict([t["outcome"] for t in tests], check=claim.check,
+                                                    evidence=[t["evidence"] for t in tests])
 
 
 def _setting(claim: Claim, quick: bool) -> dict:
@@ -120,7 +135,7 @@ def _setting(claim: Claim, quick: bool) -> dict:
 def code_version() -> dict:
     """The code a record was computed with: the toyrl and torch versions (``runlog.header``) and, in a git
     checkout, the commit (``+dirty`` when a tracked file of the package, ``toyrl/``, differs from it; the
-    ledger's own outputs in ``data/`` and the README it rewrites do not count); ``git`` is None outside one."""
+    ledger's own outputs in ``data/`` and the pages it rewrites do not count); ``git`` is None outside one."""
     import subprocess
     from ...train.runlog import header
     meta = header({})
@@ -143,6 +158,8 @@ def register(claim: Claim, seeds: list, quick: bool) -> dict:
             "settings_tried": claim.settings_tried, "kind": "check" if claim.check else "claim",
             "setting": _setting(claim, quick),
             "tests_planned": [{"name": t.name, "metric": t.metric, "arm": t.arm, "baseline": t.baseline,
+                               **({"minus": list(t.minus)} if t.minus else {}),
+                               **({"role": t.role} if t.role else {}),
                                "claimed": f"{'>' if t.sign > 0 else '<'} {t.threshold:g}"} for t in claim.tests],
             "seeds": list(seeds), "train_seeds": [train_seed(claim.name, s) for s in seeds],
             "verdict": "pending", "verdict_rule": VERDICT_RULE, "command": cmd, "notes": claim.notes,
@@ -150,7 +167,7 @@ def register(claim: Claim, seeds: list, quick: bool) -> dict:
 
 
 def _finish(claim: Claim, rec: dict, runs: dict, out: Path, elapsed: float, reused: int = 0) -> dict:
-    result, v = evaluate(claim, runs, rec["seeds"])
+    result, v = evaluate(claim, runs, rec["seeds"], quick=rec["setting"]["quick"])
     cpu = sum(r["series"].get("cpu_s", float("nan")) for arm in runs.values() for r in arm.values())
     rec = {**rec, "result": result, "verdict": v, "run_time_s": round(elapsed, 1), "cpu_time_s": _r(cpu, 1),
            "runs_reused": reused, "notes": notes_for(claim, v)}
@@ -172,29 +189,47 @@ def redraw(name: str, out_dir, src_dir=None) -> Path:
 
 
 def _records(out: Path) -> dict:
-    """name -> claim record of every claim file in ``out`` (ledger order)."""
-    return {n: json.loads((out / f"{n}.json").read_text()) for n in CLAIMS if (out / f"{n}.json").exists()}
+    """name -> claim record of every claim file in ``out`` (ledger order); a claim registered but not yet run
+    (only ``<claim>.pending.json``) gives its registration."""
+    found = {}
+    for n in CLAIMS:
+        for path in (out / f"{n}.json", out / f"{n}.pending.json"):
+            if path.exists():
+                found[n] = json.loads(path.read_text())
+                break
+    return found
 
 
-def write_readme(out_dir=None, readme=None) -> bool:
-    """Regenerate the README claims table from every claim file in ``out_dir`` (ledger order), with the
-    verdicts of a held-out seed block from ``out_dir/heldout/`` where one was run in the same setting.
-    Defaults: the shipped ledger (``SHIPPED_DIR``) and the checkout's README.md."""
+PAGE = REPO / "docs" / "claims.md"
+"""the ledger's page: its table lives between ``report.START`` and ``report.END``"""
+
+
+def write_table(out_dir=None, page=None) -> bool:
+    """Regenerate the ledger's table on its page from every claim file in ``out_dir`` (ledger order), with the
+    verdicts of a held-out seed block from ``out_dir/heldout/`` where one was run in the same setting, the flip
+    rule's reading of the two blocks and its summary below the table. Defaults: the shipped ledger
+    (``SHIPPED_DIR``) and ``docs/claims.md`` (``PAGE``)."""
     out = Path(out_dir) if out_dir is not None else SHIPPED_DIR
+    page = Path(page) if page else PAGE
     records, heldout = _records(out), _records(out / "heldout")
-    footer = (f"Verdict rule: {VERDICT_RULE} Regenerate with `toyrl reproduce --update-shipped` (each file names "
-              "its own command)."
-              + (" Held-out block: `toyrl reproduce --first-seed 10 --update-shipped --out-dir data/claims/heldout "
-                 "--no-readme`, seeds the settings were not chosen on." if heldout else ""))
-    return report.update_readme(Path(readme) if readme else REPO / "README.md",
-                                claims_table(list(records.values()), heldout), footer)
-
-
-def notes_for(claim: Claim, verdict_: str) -> str:
-    """The claim's notes, plus what a reproduction would need unless it was reproduced (or is a check)."""
-    if verdict_ not in ("reproduced", "check") and claim.needed:
-        return f"{claim.notes} What a reproduction would need: {claim.needed}"
-    return claim.notes
+    link = "../" if page.resolve().parent == (REPO / "docs").resolve() else ""
+    f = report.findings(list(records.values()), heldout)
+    lines = [f"Verdict rule: {VERDICT_RULE}", "", f"Flip rule: {FLIP_RULE}"]
+    if heldout:
+        lines += ["", "By the flip rule: the verdict holds on both blocks for "
+                  + ", ".join(f"`{n}` ({v})" for n, v in f["holds"].items())
+                  + "; it flips for " + ", ".join(f"`{n}` ({a} / {b})" for n, (a, b) in f["flips"].items())
+                  + (("; one block only: " + ", ".join(f"`{n}`" for n in f["one block"])) if f["one block"] else "")
+                  + "."]
+    cpu = [sum(r.get("cpu_time_s") or 0.0 for r in recs.values() if "result" in r) / 3600 for recs in (records, heldout)]
+    lines += ["", f"CPU time of the stored runs (the records' `cpu_time_s`, one torch thread per run): {cpu[0]:.1f} h for "
+              f"the first block" + (f", {cpu[1]:.1f} h for the held-out block." if heldout else ".")]
+    lines += ["", "Regenerate with `toyrl reproduce --update-shipped` (each file names its own command)"
+              + (". Held-out block: `toyrl reproduce --first-seed 10 --update-shipped --out-dir data/claims/heldout "
+                 "--no-table`, seeds the settings were not chosen on" if heldout else "")
+              + ". Rejudge the stored records under the rules above, without re-running: "
+                "`python -m toyrl.lab.claims.rejudge`."]
+    return report.update_page(page, claims_table(list(records.values()), heldout, link=link), "\n".join(lines))
 
 
 def _usage(names, seeds: int) -> Optional[str]:
@@ -207,14 +242,14 @@ def _usage(names, seeds: int) -> Optional[str]:
 
 
 def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_seed: int = 0, quick: bool = False,
-               workers: int = 2, out_dir=None, readme=None, progress: bool = True, backend: str = "process",
+               workers: int = 2, out_dir=None, page=None, progress: bool = True, backend: str = "process",
                address: Optional[str] = None, fresh: bool = False, keep_going: bool = False) -> int:
     """Run the named claims (all if empty) on seeds first_seed .. first_seed + seeds - 1; returns the exit code.
 
     Unknown names (or seeds < 1) print one line to stderr and return 2, before anything is written. Results go
     to ``out_dir`` (default ``./toyrl-results/claims``); a claim's files there are replaced only once all its
     runs are done, and each run is kept in ``out_dir/.runcache/`` as it finishes: runs found there (same spec,
-    same code stamp) are reused unless ``fresh``. ``readme``: a README whose claims table is then regenerated
+    same code stamp) are reused unless ``fresh``. ``page``: a page whose claims table is then regenerated
     from ``out_dir`` (default none); ``backend`` / ``address`` / ``keep_going``: those of
     ``toyrl.lab.parallel.run_tasks`` (a failed run leaves its claim unfinished; ``RunFailed`` names it).
     """
@@ -255,6 +290,6 @@ def run_claims(names: Optional[Sequence[str]] = None, *, seeds: int = 10, first_
     cache.prune()
     print(f"reproduce: done in {time.time() - t0:.0f} s" + (f" ({n_reused} runs reused)" if n_reused else ""),
           flush=True)
-    if readme is not None:
-        write_readme(out, readme)
+    if page is not None:
+        write_table(out, page)
     return 0

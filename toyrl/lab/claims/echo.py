@@ -1,12 +1,12 @@
-"""The Echo Trap re-registered where reasoning is necessary: a blind T-maze from a BC start.
+"""The Echo Trap registered again where reasoning is necessary: a blind T-maze from a BC start.
 
-The earlier echo claims (``stability.py``) ran where reasoning carried nothing the action needed, and GRPO froze
-there instead of collapsing; they stay in the ledger as history. Here the task is a 5x5 T-maze whose goal side is
+The echo claims of ``stability.py`` run where reasoning carries nothing the action needs, and GRPO freezes there
+instead of collapsing. Here the task is a 5x5 T-maze whose goal side is
 shown at turn 0 only, read through a blind context (``context="blind"``, one past turn), so the cue survives only
 in the policy's reasoning tokens; forgetting it halves success (scrambled reasoning: 0.46 vs 0.98 intact after 200
 BC steps). Each run starts from its own 60-step behaviour clone of an expert that writes the cue as reasoning
 (``bc_reasoning``), and RL goes on with the BC optimizer (``bc_optimizer="continue"``), so a fresh AdamW's first
-steps are not what is measured. The setting is pilot D of the closing note (seeds 100-104 only, 3 of 5
+steps are not what is measured. The setting is pilot D of ``claims.toml``'s notes (seeds 100-104 only, 3 of 5
 collapsed), fixed here before the verdict seeds ran; the arms are a fix a learner reaches for (KL to the BC
 start) and the one this toy's measurements point at (no optimizer step on an all-zero-advantage batch).
 """
@@ -53,7 +53,7 @@ def _blind_metrics(s: dict) -> dict:
     return {**m, "forgot": float(m["final_success"] <= FORGOT_AT)}
 
 
-# The earlier claims' ideas in blind_echo's world: the precursor (echo_trap), the fall and its order
+# The ideas of stability.py's claims in blind_echo's world: the precursor (echo_trap), the fall and its order
 # (echo_collapse, blind_echo), StarPO-S's variance filter (starpo_s), a critic (critic_delay), and the two fixes a
 # learner reaches for next, an entropy bonus and a higher upper clip bound (DAPO's clip-higher; 2 epochs, so
 # ratios leave 1 on the second pass). KL to the BC start is blind_echo's arm.

@@ -51,7 +51,7 @@ engine_mismatch = Claim(
     metrics=_engine_metrics, curve="success_rate", curve_label="success (engine-sampled training episodes)")
 
 
-# ---- the lagging engine: asynchronous rollouts, k updates stale --------------------------------------
+# ---- the lagging engine: asynchronous rollouts, k updates stale -------------------------------------------------
 BLOWUP_ENV = {"stages": 3, "arms": 4, "on_wrong": "stay", "max_turns": 8, "layout_seed": 0}
 """notebook 12's BanditChain (``toyrl.viz.engine.ENV_KWARGS``): one fixed layout, GRPO solves it in ~15 steps"""
 BLOWUP_BASE = dict(env="bandit_chain", env_kwargs=BLOWUP_ENV, estimator="grpo", lr=1e-2, group_size=8,

@@ -1,7 +1,7 @@
-"""Credit that pays off: the credit claims re-registered on long-horizon tasks where credit matters.
+"""Credit that pays off: the credit claims registered again on long-horizon tasks, where credit matters.
 
-The earlier credit claims (``credit.py``) ran on random 4x4 lakes and a 6-stage chain, where a learned policy walks
-straight and there is little left to credit; they stay in the ledger as history. Here:
+The credit claims of ``credit.py`` run on random 4x4 lakes and a 6-stage chain, where a learned policy walks
+straight and there is little left to credit. Here:
 
 - **the snake** (``GridWorld(layout="snake")``): one winding corridor, 16 / 30 / 48 turns at sizes 5 / 7 / 9 and no
   shorter way, so the horizon stays long once solved; every side step is fatal, so a failed episode is a run of
@@ -18,8 +18,10 @@ straight and there is little left to credit; they stay in the ledger as history.
 
 A sample-efficiency metric beside final success: ``steps_to_halve``, the first step at which the 5-step mean
 success has closed half the gap between the run's first batch and 1 (both arms of a seed share that first batch:
-same trainer seed, same start). Each setting was fixed on pilot seeds 100-101 (``claims.toml``) before the verdict
-seeds ran.
+same trainer seed, same start); it is censored at the run's length (``Claim.censored``: a run that never halves its
+failure rate reads 40). Each setting was fixed on pilot seeds 100-101 (``claims.toml``) before the verdict seeds ran;
+``gigpo_horizon_growth`` takes ``gigpo_horizon``'s setting unchanged to test the one part of its sentence that
+``gigpo_horizon`` has no test for (the gap grows with the horizon).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import numpy as np
 from .engine import ENGINE_BASE
 from .spec import PROBE_EVERY, PROBES, Claim, Test, about, final, smooth, success_metrics, tokens_per_episode
 
-__all__ = ["HORIZON_CLAIMS", "SNAKE_BASE", "steps_to_halve", "snake", "critic_probe", "WARMUP_STEPS"]
+__all__ = ["HORIZON_CLAIMS", "SNAKE_BASE", "GROWTH", "steps_to_halve", "snake", "critic_probe", "WARMUP_STEPS"]
 
 SNAKE_BASE = dict(env="gridworld", policy="small", context="full", n_think=2, think_max=0, estimator="grpo",
                   prompts_per_step=8, group_size=8, lr=1e-3, bc_optimizer="continue")
@@ -81,8 +83,21 @@ gigpo_horizon = Claim(
            *(Test(f"GiGPO - GRPO, steps to halve the failure rate ({t})", "steps_to_halve", f"gigpo_{t}", f"grpo_{t}",
                   sign=-1) for t in TASKS),
            Test("share of recurring anchor states (GiGPO, snake 7x7) > 0.65", "recur_states", "gigpo_s7",
-                threshold=0.65)],
-    metrics=_metrics, steps=40, quick_steps=10)
+                threshold=0.65, role="construction",
+                why="every rollout of a group walks the snake's one corridor, so its cells recur by the task's design")],
+    metrics=_metrics, steps=40, quick_steps=10, censored=("steps_to_halve",))
+
+GROWTH = ("s5", "s9")
+"""the shortest and the longest snake: 16 and 48 turns"""
+gigpo_horizon_growth = Claim(
+    name="gigpo_horizon_growth", **about("gigpo_horizon_growth"),
+    base=SNAKE_BASE,
+    arms={f"{est}_{t}": {**TASKS[t], "estimator": est} for t in GROWTH for est in ("grpo", "gigpo")},
+    tests=[Test("(GiGPO - GRPO at 48 turns) - (GiGPO - GRPO at 16 turns), final success", "final_success",
+                "gigpo_s9", "grpo_s9", minus=("gigpo_s5", "grpo_s5")),
+           Test("(GiGPO - GRPO at 48 turns) - (GiGPO - GRPO at 16 turns), steps to halve the failure rate",
+                "steps_to_halve", "gigpo_s9", "grpo_s9", minus=("gigpo_s5", "grpo_s5"), sign=-1)],
+    metrics=_metrics, steps=40, quick_steps=10, censored=("steps_to_halve",))
 
 turn_critic = Claim(
     name="turn_critic", **about("turn_critic"),
@@ -92,7 +107,7 @@ turn_critic = Claim(
            Test("turn critic (turn GAE) - GRPO, steps to halve the failure rate", "steps_to_halve", "turn_gae", "grpo",
                 sign=-1),
            Test("Turn-PPO (turn GAE + turn-level ratio) - GRPO, final success", "final_success", "turn_ppo", "grpo")],
-    metrics=_metrics, steps=40, quick_steps=10)
+    metrics=_metrics, steps=40, quick_steps=10, censored=("steps_to_halve",))
 
 WARMUP_STEPS = 30
 """the warm critic's regression steps before RL (``critic_warmup_steps``): pilot s100 on the snake 7x7 start, its
@@ -136,8 +151,9 @@ turn_critic_warm = Claim(
                 "zero_critic", sign=-1),
            Test("warm critic (turn GAE) - GRPO, final success", "final_success", "warm_critic", "grpo"),
            Test("warm - zero critic, value loss over RL steps 0-9", "value_loss_early", "warm_critic", "zero_critic",
-                sign=-1)],
-    metrics=_critic_metrics, steps=40, quick_steps=10)
+                sign=-1, role="manipulation",
+                why="the warm critic was fitted before RL to lower exactly this loss on the start policy's episodes")],
+    metrics=_critic_metrics, steps=40, quick_steps=10, censored=("steps_to_halve",))
 
 PPO4 = {"estimator": "turn_gae", "ppo_epochs": 4, "minibatches": 2, "clip": "ppo", "lr": 2.5e-4}
 """Turn-PPO where the ratio moves: turn GAE (a critic from zero, as in turn_critic), 4 epochs x 2 minibatches = 8
@@ -198,4 +214,4 @@ rwnorm_mix = Claim(
     metrics=_metrics, steps=40, quick_steps=10)
 
 HORIZON_CLAIMS = [gigpo_horizon, turn_critic, dense_farmable, tree_budget, rwnorm_mix, turn_critic_warm, turn_ppo_ratio,
-                  tree_budget_tokens]
+                  tree_budget_tokens, gigpo_horizon_growth]

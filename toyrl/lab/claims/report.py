@@ -1,12 +1,13 @@
 """Writing a claim's result: the JSON file, its series and its figure (each whole, ``toyrl.lab.results.atomic_write``),
-and the README claims table.
+and the ledger's table (``docs/claims.md``).
 
 The figure (``claim_figure``, saved by ``write_figure`` in the "slides" style of ``toyrl.viz.style``: at
 least 1600 px wide) shows the claim's curve per arm and, per metric its tests use, every arm those tests
 compare (``tested_arms``), each seed and the mean with its 95% interval.
 
-The README table lives between ``<!-- claims:start -->`` and ``<!-- claims:end -->``; only that span
-is replaced, and a README without both markers is left untouched (with a warning).
+The table lives between ``<!-- claims:start -->`` and ``<!-- claims:end -->`` of its page; only that span
+is replaced, and a page without both markers is left untouched (with a warning). Each row gives a test's marks
+(``judge.py``: cannot fail, cannot pass, repeats) and the reading of the two seed blocks by ``stats.FLIP_RULE``.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..results import atomic_write
 from .spec import smooth, tokens_per_episode
 
 __all__ = ["write_json", "write_series", "load_series", "write_figure", "claim_figure", "tested_arms", "arm_order",
-           "setting_label", "seed_band", "claims_table", "update_readme", "START", "END"]
+           "setting_label", "seed_band", "claims_table", "findings", "update_page", "START", "END"]
 
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 
@@ -90,7 +91,7 @@ def tested_arms(claim) -> dict:
     "gspo"], "peak_drop": ["cispo", "sapo", "gspo"]}."""
     out: dict = {}
     for t in claim.tests:
-        out.setdefault(t.metric, set()).update([t.arm] + ([t.baseline] if t.baseline else []))
+        out.setdefault(t.metric, set()).update(t.compared())
     return {m: [a for a in arm_order(claim) if a in arms] for m, arms in out.items()}
 
 
@@ -216,54 +217,107 @@ def _cell(text: str) -> str:
 def _test_cell(t: dict) -> str:
     e = t["effect"]
     tag = {"passed": "pass", "contradicted": "**contradicted**"}.get(t.get("outcome"), "inconclusive")
-    return f"{t['name']} {t['claimed']}: {_fmt(e['mean'])} [{_fmt(e['ci95'][0])}, {_fmt(e['ci95'][1])}] ({tag})"
+    marks = "".join(f"; **{m['mark']}**: {m['why']}" if m["mark"] != "note" else f"; {m['why']}"
+                    for m in t.get("marks", []))
+    return (f"{t['name']} {t['claimed']}: {_fmt(e['mean'])} [{_fmt(e['ci95'][0])}, {_fmt(e['ci95'][1])}] "
+            f"({tag}{marks})")
 
 
 LLM_PREFIX = "smollm2_"
 """a claim named LLM_PREFIX + NAME re-registers the toy's claim NAME with SmolLM2 as the policy (``llm.py``)"""
 
 
-def claims_table(records: list, heldout: Optional[dict] = None) -> str:
-    """Markdown table of claim records (one row each: verdict, seeds, every test's effect with its interval).
+def _numbers(xs: list) -> str:
+    """[1, 2, 3, 5] -> "1-3, 5"."""
+    runs, out = [], []
+    for x in xs:
+        if runs and x == runs[-1][-1] + 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    for r in runs:
+        out.append(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)))
+    return ", ".join(out)
 
-    A record without a result (registered, not yet run) reads "pending: not yet re-run under the rule".
-    ``heldout`` (name -> record of the same claim on another seed block, e.g. ``data/claims/heldout/``)
-    adds a column with that block's verdict, shown only where the block ran the same setting (otherwise
-    "-": a held-out run of an older setting says nothing about this one). Where a toy claim NAME has a twin
-    ``smollm2_NAME`` among ``records``, an "on SmolLM2" column gives the twin's verdicts on both blocks beside it.
+
+def _blocks_cell(b: dict) -> str:
+    """The flip rule's reading of two blocks: "holds (tests 1-3 on both)", "**flips**: v1 / v2 (test 2 flips)", "-"."""
+    if b["status"] == "one block":
+        return "-"
+    both = f"test{'s' if len(b['both']) > 1 else ''} {_numbers(b['both'])} on both" if b["both"] else "no test on both"
+    flips = f"; test{'s' if len(b['flipped']) > 1 else ''} {_numbers(b['flipped'])} flip{'' if len(b['flipped']) > 1 else 's'}" \
+        if b["flipped"] else ""
+    if b["status"] == "holds":
+        return f"holds ({both}{flips})"
+    return f"**flips**: {b['verdicts'][0]} / {b['verdicts'][1]} ({both}{flips})"
+
+
+def claims_table(records: list, heldout: Optional[dict] = None, *, link: str = "") -> str:
+    """Markdown table of claim records (one row each: verdict, seeds, every test's effect with its interval and
+    marks); ``link`` prefixes each record's path (``"../"`` from ``docs/``).
+
+    A record without a result (registered, not yet run) reads "registered, not yet run". ``heldout`` (name ->
+    record of the same claim on another seed block, e.g. ``data/claims/heldout/``) adds that block's verdict,
+    shown only where it ran the same setting (otherwise "-": a held-out run of an older setting says nothing about
+    this one), and the flip rule's reading of the two blocks (``stats.across_blocks``). Where a toy claim NAME has
+    a twin ``smollm2_NAME`` among ``records``, an "on SmolLM2" column gives the twin's verdicts on both blocks.
     """
+    from .stats import across_blocks
     heldout = heldout or {}
     by_name = {r["name"]: r for r in records}
     twins = {r["name"]: by_name[LLM_PREFIX + r["name"]] for r in records if LLM_PREFIX + r["name"] in by_name}
-    lines = ["| # | claim | source | verdict | seeds | tests (effect, 95% t CI, outcome after Holm) |"
-             + (" held-out block |" if heldout else "") + (" on SmolLM2 |" if twins else ""),
-             "|---|---|---|---|---|---|" + ("---|" if heldout else "") + ("---|" if twins else "")]
+    lines = ["| # | claim | source | verdict | seeds | tests (effect, 95% t CI, outcome after Holm; marks) |"
+             + (" held-out block | across blocks |" if heldout else "") + (" on SmolLM2 |" if twins else ""),
+             "|---|---|---|---|---|---|" + ("---|---|" if heldout else "") + ("---|" if twins else "")]
     for i, r in enumerate(records, 1):
         src = r["source"].split(":")[0]
         seeds = r.get("seeds") or []
         if "result" not in r:
-            v, eff = "pending: not yet re-run under the rule", ""
+            v, eff = "registered, not yet run", "planned: " + "; ".join(
+                f"{t['name']} {t['claimed']}" for t in r.get("tests_planned", []))
         else:
             v, eff = r["verdict"], "; ".join(_test_cell(t) for t in r["result"]["tests"])
-        span = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds else "-"
-        row = (f"| {i} | [{r['name']}](data/claims/{r['name']}.json): {_cell(r['claim'])} | {_cell(src)} | "
+        span = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds and "result" in r else "-"
+        text = r["claim"] + (f" *Untested here: {r['untested']}*" if r.get("untested") else "")
+        row = (f"| {i} | [{r['name']}]({link}data/claims/{r['name']}.json): {_cell(text)} | {_cell(src)} | "
                f"**{v}** | {span} | {_cell(eff)} |")
+        if "result" not in r:
+            row = row.replace(f"{link}data/claims/{r['name']}.json", f"{link}data/claims/{r['name']}.pending.json")
         if heldout:
-            row += f" {_heldout_cell(r, heldout.get(r['name']))} |"
+            other = heldout.get(r["name"])
+            row += f" {_heldout_cell(r, other)} | {_blocks_cell(across_blocks(r, other))} |"
         if twins:
-            row += f" {_twin_cell(twins.get(r['name']), heldout)} |"
+            row += f" {_twin_cell(twins.get(r['name']), heldout, link)} |"
         lines.append(row)
     return "\n".join(lines)
 
 
-def _twin_cell(twin: Optional[dict], heldout: dict) -> str:
+def findings(records: list, heldout: dict) -> dict:
+    """The flip rule over the ledger: {"holds": {name: verdict}, "flips": {name: (v1, v2)}, "one block": [names]}
+    for the records that have a result, in ledger order (``stats.across_blocks``)."""
+    from .stats import across_blocks
+    out: dict = {"holds": {}, "flips": {}, "one block": []}
+    for r in records:
+        if "result" not in r:
+            continue
+        b = across_blocks(r, heldout.get(r["name"]))
+        if b["status"] == "holds":
+            out["holds"][r["name"]] = r["verdict"]
+        elif b["status"] == "flips":
+            out["flips"][r["name"]] = tuple(b["verdicts"])
+        else:
+            out["one block"].append(r["name"])
+    return out
+
+
+def _twin_cell(twin: Optional[dict], heldout: dict, link: str = "") -> str:
     """The SmolLM2 twin's verdict with its seeds, and its held-out block's beside it; "-" without a twin."""
     if twin is None:
         return "-"
     seeds = twin.get("seeds") or []
     own = f"**{twin['verdict']}** ({seeds[0]}-{seeds[-1]})" if "result" in twin and seeds else "pending"
     other = _heldout_cell(twin, heldout.get(twin["name"]))
-    return f"[{twin['name']}](data/claims/{twin['name']}.json): {own}" + ("" if other == "-" else f"; {other}")
+    return f"[{twin['name']}]({link}data/claims/{twin['name']}.json): {own}" + ("" if other == "-" else f"; {other}")
 
 
 def _heldout_cell(record: dict, other: Optional[dict]) -> str:
@@ -275,18 +329,18 @@ def _heldout_cell(record: dict, other: Optional[dict]) -> str:
     return f"{other['verdict']}{span}"
 
 
-def update_readme(readme: Path, table: str, footer: str = "") -> bool:
-    """Replace the text between the claims markers with ``table``; False (file untouched) if absent."""
-    readme = Path(readme)
-    if not readme.exists():
-        print(f"warning: {readme} not found; claims table not written", file=sys.stderr)
+def update_page(page: Path, table: str, footer: str = "") -> bool:
+    """Replace the text between the claims markers of ``page`` with ``table``; False (file untouched) if absent."""
+    page = Path(page)
+    if not page.exists():
+        print(f"warning: {page} not found; claims table not written", file=sys.stderr)
         return False
-    text = readme.read_text()
+    text = page.read_text()
     i, j = text.find(START), text.find(END)
     if i < 0 or j < 0 or j < i:
-        print(f"warning: {readme} has no {START} ... {END} markers; README left untouched", file=sys.stderr)
+        print(f"warning: {page} has no {START} ... {END} markers; left untouched", file=sys.stderr)
         return False
     new = text[:i + len(START)] + "\n" + table + ("\n\n" + footer if footer else "") + "\n" + text[j:]
     if new != text:
-        atomic_write(readme, new.encode())
+        atomic_write(page, new.encode())
     return True

@@ -30,7 +30,7 @@ if sys.version_info >= (3, 11):
 else:                                                     # Python 3.10: the same parser, as a package
     import tomli as tomllib
 
-__all__ = ["Test", "Claim", "about", "run_job", "train_seed", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc",
+__all__ = ["Test", "Claim", "ROLES", "about", "run_job", "train_seed", "SERIES_KEYS", "PROBES", "smooth", "final", "early", "auc",
            "success_metrics", "peak_drop", "collapse_times", "log10_grad", "tokens_per_episode"]
 
 SERIES_KEYS = ("reward_mean", "reward_std", "success_rate", "grad_norm", "turns_per_episode", "tokens_generated",
@@ -52,10 +52,15 @@ def _words() -> dict:
 
 def about(name: str) -> dict:
     """The words of claim ``name`` from ``claims.toml``: Claim fields claim, source, metric, mechanism,
-    faithfulness, needed, notes, settings_tried. Raises KeyError naming the file if it has no table."""
+    faithfulness, needed, notes, untested, follows, and settings_tried = its own ``settings_own`` plus the
+    settings_tried of the claim it ``follows`` (so a re-registered question counts every setting looked at for it).
+    Raises KeyError naming the file if it has no table."""
     if name not in _words():
         raise KeyError(f"claim {name!r} has no [{name}] table in {WORDS}")
-    return dict(_words()[name])
+    words = dict(_words()[name])
+    own = words.pop("settings_own")
+    words["settings_tried"] = own + (about(words["follows"])["settings_tried"] if words.get("follows") else 0)
+    return words
 
 
 @dataclass
@@ -74,6 +79,23 @@ class Test:
     """+1: the effect must be above threshold; -1: below it"""
     threshold: float = 0.0
     """the bound the interval must clear"""
+    minus: Optional[tuple] = None
+    """(arm, baseline): subtract that pair's paired difference too, effect = (arm - baseline) - (arm' - baseline'),
+    a difference of differences (does a gap grow from one task to another); None: a plain effect"""
+    role: str = ""
+    """"" (evidence) | "manipulation" (checks that the intervention did what it does by construction) |
+    "construction" (the task's design makes the outcome certain): a role other than "" cannot fail and is not
+    evidence (``toyrl.lab.claims.judge``)"""
+    why: str = ""
+    """with a role: why the test cannot fail, in one line"""
+
+    def compared(self) -> list:
+        """Every arm the effect reads: arm, baseline and the ``minus`` pair."""
+        return [a for a in (self.arm, self.baseline, *(self.minus or ())) if a]
+
+
+ROLES = ("", "manipulation", "construction")
+"""the roles a Test can declare"""
 
 
 @dataclass
@@ -122,6 +144,12 @@ class Claim:
     """True: an identity that holds by construction (verdict 'check' when its tests pass)"""
     curve_label: str = ""
     """y-axis label of the figure's curves (default: the series keys)"""
+    censored: tuple = ()
+    """metrics whose value is the run's length in RL steps when the event never happens (``steps_to_halve``)"""
+    untested: str = ""
+    """a part of the claim's sentence that no test of this claim measures (said in the table)"""
+    follows: str = ""
+    """the earlier claim whose question this one re-registers in a new setting (its settings count here too)"""
 
     def config(self, arm: str, quick: bool) -> dict:
         cfg = {**self.base, **self.arms[arm], "steps": self.quick_steps if quick else self.steps}
@@ -221,11 +249,11 @@ def success_metrics(s: dict) -> dict:
 
 
 def collapse_times(mean, std, *, w: int = 5, frac: float = 0.5, min_peak: float = 0.2):
-    """(t_std_drop, t_mean_collapse) of one run, NaN when there is no collapse: the earlier rule ("collapse-v1").
+    """(t_std_drop, t_mean_collapse) of one run, NaN when there is no collapse: the rule "collapse-v1".
 
-    Kept to recompute results stored with it (the shipped scorecard, whose records name no rule); new
-    results use ``toyrl.collapse.classify``, which fixes its two failure cases: it counts a dip
-    under a frozen policy (zero gradient) and misses a crash after a BC start when a later peak is higher.
+    It recomputes results stored with it (the shipped scorecard, whose records name no rule); other results use
+    ``toyrl.collapse.classify``, which differs in two cases: this rule counts a dip under a frozen policy (zero
+    gradient) and misses a crash after a BC start when a later peak is higher.
 
     Mean collapse: the first step after the peak of the smoothed mean reward where it falls below
     ``frac`` x peak (peaks below ``min_peak`` never count). Std drop: the first step after the

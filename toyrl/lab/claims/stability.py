@@ -14,7 +14,7 @@ from .spec import Claim, Test, about, auc, early, final, log10_grad, peak_drop, 
 __all__ = ["STABILITY_CLAIMS", "ECHO_BASE", "COLLAPSE_BASE", "FREE_BASE", "FORMAT_KW"]
 
 # random deterministic 4x4 lakes (a new map per task), lr 1e-2, 2 PPO epochs, no gradient clip, 8 x 8:
-# the group std is no longer a function of one task's mean, so variance can vanish before the mean moves;
+# the group std is not a function of one task's mean alone, so variance can vanish before the mean moves;
 # up to 4 reasoning tokens per turn and rollouts 2 steps stale: the channels RAGEN's collapse runs through
 ECHO_BASE = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, estimator="grpo", prompts_per_step=8,
                  group_size=8, lr=1e-2, grad_clip=0.0, ppo_epochs=2, think_max=4, staleness=2)
@@ -97,7 +97,7 @@ def _outcome_metrics(s: dict) -> dict:
             "void_collapse": float(final(s["void_turn_rate"]) > 0.5)}
 
 
-# free sampling (whole vocabulary) after a behaviour-cloning start: the policy can now write observation
+# free sampling (whole vocabulary) after a behaviour-cloning start: the policy can write observation
 # tokens and malformed turns, the events both claims are about
 FREE_BASE = dict(env="gridworld", env_kwargs={"size": 4, "max_turns": 12}, estimator="grpo", prompts_per_step=4,
                  constrain=False, bc_steps=60)

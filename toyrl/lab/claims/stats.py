@@ -23,8 +23,8 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as _st
 
-__all__ = ["t_interval", "summary", "paired_effect", "p_value", "holm", "classify", "verdict", "VERDICT_RULE",
-           "LEVEL", "ALPHA", "MIN_SEEDS", "VERDICTS"]
+__all__ = ["t_interval", "summary", "paired_effect", "p_value", "holm", "classify", "verdict", "across_blocks",
+           "VERDICT_RULE", "FLIP_RULE", "LEVEL", "ALPHA", "MIN_SEEDS", "VERDICTS"]
 
 LEVEL = 0.95
 """coverage of every reported interval"""
@@ -41,10 +41,20 @@ VERDICT_RULE = (
     "is the two-sided t test of effect = threshold, and one claim's tests are corrected together by Holm's "
     "step-down procedure at family-wise level 0.05 (with one test: the 95% interval excludes the threshold). A "
     "test passes if it is rejected with its mean on the claimed side, and is contradicted if it is rejected with "
-    "its mean on the opposite side. Verdict: 'check' for an identity that holds by construction and whose tests "
-    "all pass; 'reproduced' if every test passes; 'partially reproduced' if some but not all pass; 'contradicted' "
-    "if none passes and at least one is contradicted; 'not reproduced' otherwise. Every arm of a claim has its own "
-    "runs (no run is shared between claims), seeded from the claim's name and the seed number.")
+    "its mean on the opposite side. A test that cannot fail (a manipulation check, an outcome the task's design "
+    "makes certain, a repeat of another test) or cannot pass (a metric censored on every run of one of its arms, "
+    "fewer than 3 finite values) is shown with its mark and is not evidence: the verdict reads only the other "
+    "tests. Verdict: 'check' for an identity that holds by construction and whose tests all pass; 'reproduced' if "
+    "every evidence test passes; 'partially reproduced' if some but not all pass; 'contradicted' if none passes "
+    "and at least one is contradicted; 'not reproduced' otherwise. Every arm of a claim has its own runs (no run "
+    "is shared between claims), seeded from the claim's name and the seed number.")
+
+FLIP_RULE = (
+    "Two seed blocks (0-9 and 10-19) of one setting: a claim's verdict holds across the blocks when both blocks give "
+    "it the same verdict; otherwise it flips, and a flipped verdict is not a finding, whichever block passed. A "
+    "single evidence test is a finding only when it passed on both blocks, or was contradicted on both; a test whose "
+    "outcome differs between the blocks flips. A claim run on one block only, or whose second block ran another "
+    "setting, has no cross-block reading.")
 
 
 def _finite(x: Sequence[float]) -> np.ndarray:
@@ -120,14 +130,19 @@ def classify(effect: dict, rejected: bool, *, sign: int, threshold: float) -> st
     return "passed" if sign * (effect["mean"] - threshold) > 0 else "contradicted"
 
 
-def verdict(outcomes: Sequence[str], *, check: bool = False) -> str:
-    """The ledger's one rule over the tests' outcomes (see VERDICT_RULE).
+def verdict(outcomes: Sequence[str], *, check: bool = False, evidence: Optional[Sequence[bool]] = None) -> str:
+    """The ledger's one rule over the outcomes of the evidence tests (see VERDICT_RULE); ``evidence`` (one bool per
+    outcome, default all True) leaves out the tests that cannot fail or cannot pass (``toyrl.lab.claims.judge``).
 
     Examples: ["passed", "passed"] -> "reproduced"; ["passed", "inconclusive"] -> "partially reproduced";
     ["inconclusive", "contradicted"] -> "contradicted"; ["inconclusive"] -> "not reproduced";
-    ["passed"] with check=True -> "check".
+    ["passed"] with check=True -> "check"; ["inconclusive", "passed"] with evidence [True, False] -> "not reproduced".
     """
     outcomes = list(outcomes)
+    if evidence is not None:
+        if len(evidence) != len(outcomes):
+            raise ValueError(f"evidence: expected one bool per outcome ({len(outcomes)}), got {len(evidence)}")
+        outcomes = [o for o, e in zip(outcomes, evidence) if e]
     n_pass = sum(o == "passed" for o in outcomes)
     if outcomes and n_pass == len(outcomes):
         return "check" if check else "reproduced"
@@ -136,6 +151,31 @@ def verdict(outcomes: Sequence[str], *, check: bool = False) -> str:
     if any(o == "contradicted" for o in outcomes):
         return "contradicted"
     return "not reproduced"
+
+
+def across_blocks(first: dict, second: Optional[dict]) -> dict:
+    """FLIP_RULE over two judged records of one claim (``verdict``, ``result.tests`` with ``outcome`` and
+    ``evidence``; ``second`` None or of another setting: no reading).
+
+    Returns {"status": "holds" | "flips" | "one block", "verdicts": [v1, v2], "both": test numbers (1-based) that
+    passed on both blocks or were contradicted on both, "flipped": evidence tests whose outcome differs}.
+    Example: verdicts "reproduced" / "partially reproduced", outcomes [passed, passed] / [inconclusive, passed]
+    -> {"status": "flips", "both": [2], "flipped": [1], ...}.
+    """
+    if (second is None or "result" not in first or "result" not in second
+            or first.get("setting") != second.get("setting")):
+        return {"status": "one block", "verdicts": [first.get("verdict")], "both": [], "flipped": []}
+    a, b = first["result"]["tests"], second["result"]["tests"]
+    both, flipped = [], []
+    for i, (x, y) in enumerate(zip(a, b), 1):
+        if not (x.get("evidence", True) and y.get("evidence", True)):
+            continue
+        if x["outcome"] != y["outcome"]:
+            flipped.append(i)
+        elif x["outcome"] in ("passed", "contradicted"):
+            both.append(i)
+    v = [first["verdict"], second["verdict"]]
+    return {"status": "holds" if v[0] == v[1] else "flips", "verdicts": v, "both": both, "flipped": flipped}
 
 
 def _r(v, nd: int = 4):

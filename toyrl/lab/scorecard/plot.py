@@ -135,9 +135,11 @@ def _setting_line(record: dict) -> str:
 
 @styled
 def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
-    """Three panels for one cell: ``key`` per seed (each seed's collapse, by the rule the record names, dashed),
-    within-group reward std, and RAGEN-2's I(X;Z) / H(Z|X) on the probe batch with the regime rule's two
-    cut-offs, under a title naming the cell and its setting. Returns the figure."""
+    """Three panels for one cell: ``key`` per seed, thin, with the mean over seeds in black (each seed's
+    collapse, by the rule the record names, a dashed vertical line in its colour), within-group reward std (the
+    same), and RAGEN-2's I(X;Z) (circles) / H(Z|X) (squares, solid: dashes mark collapses only) on the probe
+    batch, each seed's faint and their mean bold, with the regime rule's two cut-offs dotted, under a title
+    naming the cell and its setting. Returns the figure."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
     from ...viz.plots import label
@@ -148,18 +150,23 @@ def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
     cell = next(c for c in record["cells"] if c["name"] == name)
     marks = cell["t_collapse"]["per_seed"]               # the record's own collapse steps, by the rule it names
     fig, axes = subplots(1, 3, size=figsize(10, 4.6), layout="constrained")
+    nan = lambda xs: np.array([np.nan if v is None else v for v in xs], float)       # noqa: E731
     for i, (r, tc) in enumerate(zip(runs[name], marks)):
         s, color = r["series"], f"C{i % 10}"
-        axes[0].plot(np.array([np.nan if v is None else v for v in s[key]], float), lw=1, alpha=0.8, color=color)
+        axes[0].plot(nan(s[key]), lw=0.9, alpha=0.45, color=color)
         if tc is not None:
-            axes[0].axvline(tc, color=color, ls="--", lw=1.2)
-        axes[1].plot(np.array([np.nan if v is None else v for v in s["reward_std"]], float), lw=1, alpha=0.8,
-                     color=color)
-        d = r.get("diag", {})
-        if d.get("step"):
-            axes[2].plot(d["step"], [np.nan if v is None else v for v in d["mi_seq"]], "o-", color="C0", alpha=0.5)
-            axes[2].plot(d["step"], [np.nan if v is None else v for v in d["cond_entropy"]], "s--", color="C3",
-                         alpha=0.5)
+            axes[0].axvline(tc, color=color, ls="--", lw=1.4)
+        axes[1].plot(nan(s["reward_std"]), lw=0.9, alpha=0.45, color=color)
+    for ax, k in ((axes[0], key), (axes[1], "reward_std")):
+        ax.plot(np.nanmean(cell_series(runs, name, k), 0), color="black", lw=2.6, label="mean over seeds")
+    probes = [r.get("diag", {}) for r in runs[name] if r.get("diag", {}).get("step")]
+    for k, (what, marker, color) in enumerate((("mi_seq", "o", "C0"), ("cond_entropy", "s", "C3"))):
+        for d in probes:
+            axes[2].plot(d["step"], nan(d[what]), marker=marker, ls="-", lw=0.8, color=color, alpha=0.25, ms=4)
+        if probes:
+            n = min(len(d["step"]) for d in probes)
+            axes[2].plot(probes[0]["step"][:n], np.nanmean([nan(d[what])[:n] for d in probes], 0), marker=marker,
+                         ls="-", lw=2.6, color=color, ms=7)
     n_think, n_prompts = record["setting"]["regime"]["n_think"], 8
     h_cut, i_cut = 0.5 * entropy_ref(n_think), 0.1 * np.log(n_prompts)
     axes[2].axhline(h_cut, color="C3", lw=1, ls=":")
@@ -169,12 +176,13 @@ def plot_cell(record: dict, runs: dict, name: str, key: str = "success_rate"):
     axes[2].set(title="RAGEN-2 probe", xlabel="RL step", ylabel="nats")
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[2].legend([Line2D([], [], marker="o", color="C0"), Line2D([], [], marker="s", ls="--", color="C3"),
+    axes[2].legend([Line2D([], [], marker="o", color="C0", lw=2.6), Line2D([], [], marker="s", color="C3", lw=2.6),
                     Line2D([], [], ls=":", color="C0"), Line2D([], [], ls=":", color="C3")],
                    ["I(X;Z) per sequence", "H(Z|X) per token", f"I cut-off {i_cut:.2f}", f"H cut-off {h_cut:.2f}"],
-                   loc="upper left", bbox_to_anchor=(1.02, 1))
+                   title="bold: mean over seeds", loc="upper left", bbox_to_anchor=(1.02, 1))
     cr = cell["collapse_rate"]
-    fig.suptitle(f"{name}: {len(runs[name])} seeds (one colour each; dashed: its collapse)\n{_setting_line(record)}"
+    fig.suptitle(f"{name}: {len(runs[name])} seeds (one colour each, black: their mean; dashed: a seed's collapse)"
+                 f"\n{_setting_line(record)}"
                  f"\ncollapse rate {cr['mean']:.2f} [{cr['ci95'][0]:.2f}, {cr['ci95'][1]:.2f}], regime: "
                  f"{cell['regime']}")
     return fig
