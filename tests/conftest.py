@@ -229,3 +229,12 @@ def make_local_model(path, kind="gpt2", chat=False, n_positions=1024):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+def without_time(x):
+    """A run's data less its wall and CPU times (the only values two computations of a run do not share)."""
+    if isinstance(x, dict):
+        return {k: without_time(v) for k, v in x.items() if not (k.startswith("time_") or k in ("cpu_s", "time_s"))}
+    if isinstance(x, list):
+        return [without_time(v) for v in x]
+    return x

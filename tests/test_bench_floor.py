@@ -54,34 +54,22 @@ def test_rates_measured_are_positive_and_cover_the_rows():
 
 def test_the_clock_counts_the_real_positions_of_a_real_step(llama):
     """Through one Trainer step on doors, the clock's forward positions are the batch's real tokens (unpadded; two
-    groups of one row: no prompt is shared), its decode calls feed one token a row, and giving the methods back
-    restores the policy's own."""
+    groups of one row: no prompt is shared), its decode calls feed one token a row, and the policy's and the trainer's
+    own methods come back after the steps."""
     from toyrl.lab.bench.floor import Rates
-    from toyrl.lab.bench.smollm2 import StepClock, step_setting
+    from toyrl.lab.bench.smollm2 import PhaseMeter, StepClock, step_setting, timed_steps
     from toyrl.train import TrainConfig, Trainer
     tr = Trainer(TrainConfig(**{**step_setting(), "policy": f"hf:{llama}", "prompts_per_step": 2, "group_size": 1,
                                 "lora_r": 4}, steps=1, progress=False))
     dims = Dims.of(tr.policy.model)
     clock = StepClock(tr.policy, dims, Rates(gemm={1: 1e9}, bandwidth=1e9))
-    seen = {}
-    collect, loss = tr.collect, tr.minibatch_loss
-
-    def rollout():
-        with clock.phase("rollout"):
-            seen["ro"] = collect()
-        return seen["ro"]
-
-    def fwd(*a, **kw):
-        with clock.phase("forward"):
-            return loss(*a, **kw)
-    tr.collect, tr.minibatch_loss = rollout, fwd
-    tr.step()
-    b = seen["ro"].batch
+    _, _, ro = timed_steps(tr, clock, PhaseMeter(), 1)
+    b = ro.batch
     fw = clock.calls["forward"]
     assert fw["positions"] == int((b.turn_id >= 0).sum()) and fw["padded"] >= fw["positions"]
     assert fw["linear"] == dims.linear_flops(fw["positions"])
     dec = clock.calls["decode"]
     assert dec["padded"] == 2 * (dec["calls"] // 2) and dec["positions"] <= dec["padded"]  # B 2, one token a row
     assert clock.calls["prefill"]["floor"] > 0
-    clock.close()
-    assert "_decoder" not in vars(tr.policy) and "_head" not in vars(tr.policy)
+    assert "_decoder" not in vars(tr.policy) and "_head" not in vars(tr.policy)          # the policy's own again
+    assert not {"collect", "minibatch_loss", "update"} & set(vars(tr))                   # the trainer's own again

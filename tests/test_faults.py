@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import fault_jobs
+from conftest import without_time
 import toyrl.lab.claims as ledger
 import toyrl.lab.runcache as rc
 from toyrl.cli import main
@@ -39,15 +40,6 @@ STOP_S = 5.0
 
 
 # ---- the uninterrupted job, and what a job kept ---------------------------------------------------------------
-def without_time(x):
-    """A run's data less its wall and CPU times (the only values two computations of a run do not share)."""
-    if isinstance(x, dict):
-        return {k: without_time(v) for k, v in x.items() if not (k.startswith("time_") or k in ("cpu_s", "time_s"))}
-    if isinstance(x, list):
-        return [without_time(v) for v in x]
-    return x
-
-
 def kept(out: Path) -> dict:
     """entry file name -> its run (timings aside) as JSON text: equal texts are the same floats."""
     return {p.name: json.dumps(without_time(json.loads(gzip.decompress(p.read_bytes()))["result"]))

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import without_time
+
 import toyrl.lab.claims as ledger
 import toyrl.lab.runcache as rc
 from toyrl.cli import main
@@ -89,15 +91,6 @@ def same(a, b) -> bool:
     if isinstance(a, dict):
         return type(b) is dict and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
-
-
-def without_time(x):
-    """A run's data less its wall and CPU times (the only values two computations of a run do not share)."""
-    if isinstance(x, dict):
-        return {k: without_time(v) for k, v in x.items() if not (k.startswith("time_") or k in ("cpu_s", "time_s"))}
-    if isinstance(x, list):
-        return [without_time(v) for v in x]
-    return x
 
 
 # ---- the three jobs, killed and resumed -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ per trainable fp32 parameter.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -145,7 +146,6 @@ class Rates:
     def rate(self, rows: int) -> float:
         """The GEMM rate at the measured row count nearest ``rows`` on a log scale. Example: measured at 16 and
         1024, rows 100 -> the rate at 16 (log distance 1.8 against 2.3)."""
-        import math
         return self.gemm[min(self.gemm, key=lambda m: abs(math.log(max(rows, 1) / m)))]
 
     def floor(self, flops: float, rows: int, bytes_read: float = 0.0) -> float:

@@ -227,37 +227,18 @@ def phases_of(calls: dict, spent: dict, row: dict, rates, trainable: int, *, ful
     }
 
 
-def measure(steps: int, bc_steps: int, lora_r: int = 8, seed: int = 0, policy: str = "smollm2",
-            grad_ckpt: bool = False) -> dict:
-    """The multi-turn figures (see the module docstring) of ``steps`` RL steps after ``bc_steps`` of format warm
-    start, from one Trainer; the last step's phases are reported. ``grad_ckpt``: the model's blocks recompute their
-    activations in backward (``TrainConfig.grad_ckpt``)."""
-    import numpy as np
-    import torch
+def timed_steps(tr, clock: "StepClock", meter: "PhaseMeter", steps: int):
+    """Run ``steps`` RL steps of the Trainer ``tr`` with its rollout and update forward in ``clock``'s phases and
+    ``meter``'s, its AdamW steps timed -> (run-log rows, the last step's {"forward", "optimizer"} seconds, the last
+    rollout). The trainer's own methods come back after the steps, the clock's policy methods too."""
     import toyrl.train.trainer as trainer_mod
-    from toyrl.train import TrainConfig, Trainer
-    from .floor import Dims, Rates
-    tr = Trainer(TrainConfig(**{**step_setting(), "policy": policy, "lora_r": lora_r}, grad_ckpt=grad_ckpt,
-                             bc_steps=bc_steps, steps=steps, seed=seed, progress=False))
-    out = {"policy": policy, "valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns), "batch": tr.B,
-           "lora_r": lora_r, "grad_ckpt": grad_ckpt}
-    if bc_steps:
-        t0 = time.perf_counter()
-        out["bc_losses"] = tr.behaviour_clone(bc_steps)
-        out["bc_s_per_step"] = (time.perf_counter() - t0) / bc_steps
-        out["valid_after"] = format_valid(tr.sample())
-    dims = Dims.of(tr.policy.model)
-    B = tr.B
-    rates = Rates.measure(dims, rows=(B, 64, 256, 1024, 4096))
-    out["rates"] = {"gemm_gflops": {m: r / 1e9 for m, r in rates.gemm.items()}, "bandwidth_gbs": rates.bandwidth / 1e9}
-    clock = StepClock(tr.policy, dims, rates)
-    trainable = sum(p.numel() for p in tr.policy.parameters() if p.requires_grad)
-    meter, spent = PhaseMeter(), {"optimizer": 0.0, "forward": 0.0}
+    spent, last = {"optimizer": 0.0, "forward": 0.0}, {}
     collect, mb_loss, step_fn = tr.collect, tr.minibatch_loss, trainer_mod.step_and_measure
 
     def timed_collect():
         with clock.phase("rollout"), meter.phase("rollout"):
-            return collect()
+            last["ro"] = collect()
+        return last["ro"]
 
     def timed_loss(*a, **kw):
         t0 = time.perf_counter()
@@ -282,7 +263,37 @@ def measure(steps: int, bc_steps: int, lora_r: int = 8, seed: int = 0, policy: s
             rows.append(tr.step())
     finally:
         trainer_mod.step_and_measure = step_fn
+        for name in ("collect", "minibatch_loss", "update"):
+            vars(tr).pop(name, None)
         clock.close()
+    return rows, spent, last.get("ro")
+
+
+def measure(steps: int, bc_steps: int, lora_r: int = 8, seed: int = 0, policy: str = "smollm2",
+            grad_ckpt: bool = False) -> dict:
+    """The multi-turn figures (see the module docstring) of ``steps`` RL steps after ``bc_steps`` of format warm
+    start, from one Trainer; the last step's phases are reported. ``grad_ckpt``: the model's blocks recompute their
+    activations in backward (``TrainConfig.grad_ckpt``)."""
+    import numpy as np
+    from toyrl.train import TrainConfig, Trainer
+    from .floor import Dims, Rates
+    tr = Trainer(TrainConfig(**{**step_setting(), "policy": policy, "lora_r": lora_r}, grad_ckpt=grad_ckpt,
+                             bc_steps=bc_steps, steps=steps, seed=seed, progress=False))
+    out = {"policy": policy, "valid_before": format_valid(tr.sample()), "max_turns": int(tr.core.max_turns), "batch": tr.B,
+           "lora_r": lora_r, "grad_ckpt": grad_ckpt}
+    if bc_steps:
+        t0 = time.perf_counter()
+        out["bc_losses"] = tr.behaviour_clone(bc_steps)
+        out["bc_s_per_step"] = (time.perf_counter() - t0) / bc_steps
+        out["valid_after"] = format_valid(tr.sample())
+    dims = Dims.of(tr.policy.model)
+    B = tr.B
+    rates = Rates.measure(dims, rows=(B, 64, 256, 1024, 4096))
+    out["rates"] = {"gemm_gflops": {m: r / 1e9 for m, r in rates.gemm.items()}, "bandwidth_gbs": rates.bandwidth / 1e9}
+    clock = StepClock(tr.policy, dims, rates)
+    trainable = sum(p.numel() for p in tr.policy.parameters() if p.requires_grad)
+    meter = PhaseMeter()
+    rows, spent, _ = timed_steps(tr, clock, meter, steps)
     r, c = rows[-1], clock.calls
     phases = phases_of(c, spent, r, rates, trainable, full=lora_r == 0, grad_ckpt=grad_ckpt)
     names = list(phases)

