@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import assert_figure_standard, line_data
 
+from toyrl.lab.results import LOCK
 from toyrl.lab.scorecard import (BASE, DIALS, build_record, cell_config, design, paired_effect, rebuild, run_metrics,
                                  run_scorecard, summary)
 from toyrl.lab.scorecard.mi import REGIMES, cross_score_mi, cross_scores, first_turn_pairs, regime
@@ -259,7 +260,7 @@ def test_cli_scorecard_writes_the_card(tmp_path, capsys, monkeypatch):
     card = json.loads((card_dir / "scorecard.json").read_text())
     assert card["command"] == "toyrl scorecard --seeds 1 --env gridworld --cells 1 --steps 2 --workers 1"
     assert card["seeds"] == [0] and (card_dir / "scorecard.png").stat().st_size > 1000
-    assert sorted(p.name for p in card_dir.iterdir()) == [".runcache", "runs.json", "scorecard.json", "scorecard.png"]
+    assert sorted(p.name for p in card_dir.iterdir()) == [".runcache", LOCK, "runs.json", "scorecard.json", "scorecard.png"]
     assert {p: p.read_bytes() for p in (REPO / "data" / "scorecard").iterdir() if p.is_file()} == shipped
 
 

@@ -207,11 +207,18 @@ def load_verl_trainer() -> Optional[tuple]:
     (``toyrl[verl-cpu]``) is absent."""
     if load_core_algos() is None:
         return None
+    import logging
+    import warnings
     try:
-        from verl import DataProto
-        from verl.trainer.ppo import ray_trainer
+        with warnings.catch_warnings():           # verl names, once per import, the engines a CPU job never uses
+            warnings.simplefilter("ignore", UserWarning)
+            logging.disable(logging.WARNING)      # and that no accelerator is present
+            from verl import DataProto
+            from verl.trainer.ppo import ray_trainer
     except Exception:
         return None
+    finally:
+        logging.disable(logging.NOTSET)
     return ray_trainer, DataProto
 
 

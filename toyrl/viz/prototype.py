@@ -171,7 +171,7 @@ def draw_curves(ax, curves: dict, title: str = "", xlabel: str = "RL step", ylab
     n = sorted({c["n"] for c in curves.values()})
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=font_size("title"))
+    ax.set_title(title, fontsize=font_size("title"), wrap=True)
     if xlabel == "RL step":
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     legend(ax, fontsize=font_size("legend"), title=f"mean, band +-1 s.e.\nover {'/'.join(map(str, n))} seeds",
