@@ -34,8 +34,8 @@ def test_checkpoint_holds_weights_optimizer_and_reasoning(tiny):
 
 
 def rl_config(path, **kw):
-    return TrainConfig(**{k: WARMSTARTS["tmaze"][k] for k in MATCH}, init=str(path), prompts_per_step=2,
-                       group_size=2, steps=1, progress=False, **kw)
+    fields = {k: v for k, v in WARMSTARTS["tmaze"].items() if k in MATCH}
+    return TrainConfig(**fields, init=str(path), prompts_per_step=2, group_size=2, steps=1, progress=False, **kw)
 
 
 def test_init_loads_weights_and_optimizer(tiny):
@@ -75,3 +75,34 @@ def test_cli_writes_checkpoint(tmp_path, capsys):
     assert ck["name"] == "plan_chain" and len(ck["bc_losses"]) == 2
     assert "with its reasoning" in capsys.readouterr().out
     assert main(["warmstart", "maze", "--out-dir", str(tmp_path)]) == 2
+
+
+@pytest.mark.filterwarnings("ignore:zero reward variance")
+def test_a_lora_warm_start_keeps_the_adapters_only(tmp_path):
+    """An hf policy with LoRA: the checkpoint holds exactly the trainable parameters, and init= loads them over the
+    fetched base (whose weights stay the model's own)."""
+    pytest.importorskip("peft")
+    from conftest import make_local_model
+    from toyrl.train.warmstart import apply_warmstart, trained_state
+    path = "hf:" + make_local_model(tmp_path / "llama", "llama", chat=True)
+    fields = dict(env="doors", env_kwargs={"rooms": 2, "colours": 2}, policy=path, system="Reply go[left].",
+                  reply_tokens=4, lora_r=4, context="full")
+    tr = Trainer(TrainConfig(**fields, prompts_per_step=1, group_size=2, steps=1, progress=False))
+    with torch.no_grad():
+        for name, p in tr.policy.named_parameters():
+            if p.requires_grad:
+                p.add_(0.01)                                   # adapters that differ from a fresh LoRA
+    ck = {"name": "mine", "settings": fields, "state_dict": trained_state(tr.policy)}
+    trains = {k for k, p in tr.policy.named_parameters() if p.requires_grad}
+    assert set(ck["state_dict"]) == trains and all("lora" in k for k in trains)
+    file = tmp_path / "mine.pt"
+    file.write_bytes(warmstart_bytes(ck))
+    again = Trainer(TrainConfig(**fields, init=str(file), prompts_per_step=1, group_size=2, steps=1, progress=False))
+    for k, v in again.policy.state_dict().items():
+        assert torch.equal(v, tr.policy.state_dict()[k]), k          # adapters loaded, base the same model
+    again.step()
+    half = {"name": "half", "settings": fields, "state_dict": dict(list(ck["state_dict"].items())[:2])}
+    with pytest.raises(ValueError, match="neither the whole policy nor exactly its trainable parameters"):
+        apply_warmstart(again, half)
+    toy = Trainer(TrainConfig(env="doors", policy="tinylm", system="x", reply_tokens=4, steps=1, progress=False))
+    assert set(trained_state(toy.policy)) == set(toy.policy.state_dict())      # no frozen part: the whole state

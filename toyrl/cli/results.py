@@ -179,12 +179,13 @@ def cmd_warmstart(args) -> int:
     ck = make_warmstart(name, bc_steps=args.bc_steps, seed=args.seed)
     atomic_write(path, warmstart_bytes(ck))
     r = ck["reasoning"]
-    print(f"{name}: {path} (BC {len(ck['bc_losses'])} steps, final loss {ck['bc_losses'][-1]:.4f}; success "
-          f"{r['intact']:.3f} with its reasoning, {r['scrambled']:.3f} with it scrambled)")
+    said = (f"success {r['intact']:.3f} with its reasoning, {r['scrambled']:.3f} with it scrambled" if r is not None
+            else "no reasoning to measure")
+    print(f"{name}: {path} (BC {len(ck['bc_losses'])} steps, final loss {ck['bc_losses'][-1]:.4f}; {said})")
     return 0
 
 
-WARMSTART_NAMES = ("tmaze", "plan_chain", "snake5", "snake7", "snake9", "fork9")
+WARMSTART_NAMES = ("tmaze", "plan_chain", "snake5", "snake7", "snake9", "fork9", "doors_smollm2")
 """``toyrl.train.warmstart.WARMSTARTS``'s names (spelled here so the parser needs no torch; a test checks)"""
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..train.warmstart import WARMSTARTS
+from ..train.warmstart import WARMSTARTS, trained_state
 
 __all__ = ["make_warmstart", "reasoning_value"]
 
@@ -40,7 +40,10 @@ def reasoning_value(policy, codec, cfg, *, episodes: int = 256, seed: int = 0) -
 
 def make_warmstart(name: str, *, bc_steps: Optional[int] = None, seed: int = 0, episodes: int = 256) -> dict:
     """Behaviour-clone the warm start ``name`` (``WARMSTARTS``; ``bc_steps`` overrides the recipe) and return the
-    checkpoint: settings, weights, the BC optimizer's state, its losses and ``reasoning_value``."""
+    checkpoint: settings, weights (``trained_state``), the BC optimizer's state, its losses and ``reasoning_value``
+    (None for a recipe whose expert writes no reasoning). A warm start of adapters over a frozen base (LoRA on a
+    fetched model) keeps the adapters in bf16 and no optimizer state (5 MB for SmolLM2's rank 8, not 30): its RL
+    starts a fresh AdamW."""
     from ..train.config import TrainConfig
     from ..train.trainer import Trainer
     if name not in WARMSTARTS:
@@ -50,6 +53,11 @@ def make_warmstart(name: str, *, bc_steps: Optional[int] = None, seed: int = 0, 
     tr = Trainer(cfg)
     losses = tr.behaviour_clone(cfg.bc_steps)
     tr.policy.eval()
+    state = trained_state(tr.policy)
+    if len(state) < len(tr.policy.state_dict()):                 # adapters over a frozen base: bf16, no optimizer
+        return {"name": name, "settings": settings, "seed": seed, "bc_losses": losses,
+                "state_dict": {k: v.to(torch.bfloat16) for k, v in state.items()}, "reasoning": None}
     return {"name": name, "settings": settings, "seed": seed, "bc_losses": losses,
-            "state_dict": tr.policy.state_dict(), "opt_state": tr.opt.state_dict(),
-            "reasoning": reasoning_value(tr.policy, tr.codec, cfg, episodes=episodes, seed=seed + 1)}
+            "state_dict": state, "opt_state": tr.opt.state_dict(),
+            "reasoning": (reasoning_value(tr.policy, tr.codec, cfg, episodes=episodes, seed=seed + 1)
+                          if cfg.bc_reasoning else None)}

@@ -26,8 +26,10 @@ from typing import Union
 
 import torch
 
+from ..envs.doors import instruction
+
 __all__ = ["WARMSTARTS", "MATCH", "CHECKPOINT_DIR", "warmstart_bytes", "load_warmstart", "warmstart_path",
-           "check_matches", "apply_warmstart"]
+           "check_matches", "trained_state", "apply_warmstart"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "data" / "checkpoints"
 """where the shipped warm starts live (``toyrl warmstart NAME --update-shipped`` writes there)"""
@@ -47,10 +49,18 @@ WARMSTARTS = {
     # the L turns is a decision that can be fatal and success starts near (1 - 0.05 * 3/4)^L
     **{f"snake{n}": dict(_CREDIT, env_kwargs={"size": n, "layout": "snake"}) for n in (5, 7, 9)},
     "fork9": dict(_CREDIT, env_kwargs={"size": 9, "layout": "fork"}),
+    # SmolLM2-135M with LoRA r 8 on Doors (2 rooms x 3 colours, 3 turns): a format-only warm start. Its teacher picks
+    # a door at random (bc_noise 1), so the clone writes go[door] but has not learned which light opens which door:
+    # RL must learn that. 3 turns for 2 rooms: searching the doors passes 1 in 3 episodes, reading the light all
+    "doors_smollm2": dict(env="doors", env_kwargs={"rooms": 2, "colours": 3, "max_turns": 3}, policy="smollm2",
+                          system=instruction(3),
+                          reply_tokens=8, lora_r=8, context="full", prompts_per_step=2, group_size=8, bc_noise=1.0,
+                          bc_steps=4),
 }
 """the lesson tasks' warm-start settings (TrainConfig fields); ``bc_steps`` is the recipe's length"""
 
-MATCH = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k")
+MATCH = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k", "system", "reply_tokens",
+         "lora_r")
 """the TrainConfig fields a run must share with the warm start it loads"""
 
 
@@ -88,19 +98,40 @@ def check_matches(ck: dict, cfg) -> None:
         raise ValueError(f"init: warm start {ck.get('name')!r} was made for other settings: {'; '.join(bad)}")
 
 
+def trained_state(policy: torch.nn.Module) -> dict:
+    """The weights a warm start keeps: the whole ``state_dict`` when every parameter trains (the toy policies,
+    TinyLM); only the trainable parameters when some are frozen (an hf policy's LoRA adapters: the frozen base is
+    the fetched model itself, so a SmolLM2 warm start is megabytes, not half a gigabyte)."""
+    params = dict(policy.named_parameters())
+    if all(p.requires_grad for p in params.values()):
+        return policy.state_dict()
+    return {k: p.detach().clone() for k, p in params.items() if p.requires_grad}
+
+
 def apply_warmstart(trainer, ck: dict) -> None:
-    """Load the warm start into ``trainer``: the policy's weights, and with ``bc_optimizer="continue"`` the BC
-    optimizer's state (moments and step count; the lr stays the run's own ``lr``)."""
+    """Load the warm start into ``trainer``: the policy's weights (all of them, or, for a checkpoint of
+    ``trained_state``'s trainable part, exactly the parameters that train here), and with
+    ``bc_optimizer="continue"`` the BC optimizer's state (moments and step count; the lr stays the run's own ``lr``)."""
     check_matches(ck, trainer.cfg)
-    have = {k: tuple(v.shape) for k, v in trainer.policy.state_dict().items()}
+    state = trainer.policy.state_dict()
+    have = {k: tuple(v.shape) for k, v in state.items()}
     bad = [f"{k} {tuple(v.shape)} (this run: {have.get(k)})" for k, v in ck["state_dict"].items()
            if have.get(k) != tuple(v.shape)]
     if bad:
         raise ValueError(f"init: warm start {ck.get('name')!r} does not fit this run's policy: {'; '.join(bad)}")
-    trainer.policy.load_state_dict(ck["state_dict"])
+    trains = {k for k, p in trainer.policy.named_parameters() if p.requires_grad}
+    if set(ck["state_dict"]) != set(state):
+        if set(ck["state_dict"]) != trains:
+            missing = sorted(trains - set(ck["state_dict"]))[:3]
+            raise ValueError(f"init: warm start {ck.get('name')!r} holds neither the whole policy nor exactly its "
+                             f"trainable parameters (e.g. missing {missing})")
+    whole = set(ck["state_dict"]) == set(state)
+    trainer.policy.load_state_dict(ck["state_dict"], strict=whole)
     if trainer.cfg.bc_optimizer == "continue":
+        if "opt_state" not in ck:
+            raise ValueError(f"init: warm start {ck.get('name')!r} keeps no optimizer state: use bc_optimizer='fresh'")
         trainer.opt.load_state_dict(ck["opt_state"])
         for g in trainer.opt.param_groups:
             g["lr"] = trainer.cfg.lr
     if trainer.cfg.staleness:
-        trainer.behaviour.load_state_dict(ck["state_dict"])
+        trainer.behaviour.load_state_dict(ck["state_dict"], strict=whole)

@@ -17,6 +17,14 @@ ran at; ``load_pair`` reads it).
 
     tr, warm = warm_start("smollm2", bc_steps=2, group_size=2, prompts_per_step=1, max_turns=2)   # a CPU slice
     warm["valid_before"], warm["valid_after"]
+
+RL on SmolLM2, live: ``DOORS`` is the lesson's run (Doors, 2 rooms x 3 colours, from the shipped format-only warm
+start ``doors_smollm2``); ``door_choices`` reads P(door | light) from the policy without sampling and
+``light_reading`` its entropy H(door) and mutual information I(light; door), the template-collapse pair on a
+real model's replies; ``plot_door_choices`` draws the matrices.
+
+    tr = Trainer(TrainConfig(**DOORS, steps=8))
+    light_reading(door_choices(tr.policy, tr.codec, 2, 3))      # {"right": ..., "H": ..., "mi": ...}
 """
 from __future__ import annotations
 
@@ -40,9 +48,11 @@ from ..codecs.text import turn_texts
 from ..train import TrainConfig, Trainer
 from ..train.runlog import encode
 from ..lab.bench.smollm2 import SYSTEM, format_valid
+from ..train.warmstart import WARMSTARTS
 
 __all__ = ["RUNS_DIR", "SMALL_LLM_RUNS", "run_small_llm", "load_small_llm", "reply_panel", "PAIR", "PAIR_STEPS",
-           "warm_start", "run_pair", "load_pair", "TWINS", "twin_verdicts"]
+           "quiet_transformers", "warm_start", "run_pair", "load_pair", "TWINS", "twin_verdicts", "DOORS",
+           "DOORS_STEPS", "door_choices", "light_reading", "plot_door_choices", "run_doors", "load_doors"]
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "data" / "runs" / "small_llm"
 _GRID = dict(env="gridworld", env_kwargs={"map_name": "4x4"}, max_turns=8, group_size=8, prompts_per_step=2)
@@ -144,7 +154,7 @@ PAIR_STEPS = 20
 
 
 @contextmanager
-def _quiet_transformers():
+def quiet_transformers():
     """transformers' own stderr output while a Hugging Face policy is loaded and first decodes: its "Loading
     weights" progress bar and its once-only notice that SmolLM2's BPE tokenizer ignores
     ``clean_up_tokenization_spaces`` (harmless: the cleanup is skipped, which is what a BPE tokenizer needs). Both
@@ -172,7 +182,7 @@ def warm_start(policy: str, seed: int = 0, bc_steps: Optional[int] = None, **fie
     seconds per BC step}. ``bc_steps`` None: the pair's own."""
     kw = {**PAIR[policy], **fields, **({} if bc_steps is None else {"bc_steps": bc_steps})}
     bc_steps = kw["bc_steps"]
-    with _quiet_transformers():                     # the load and the first decode: transformers' stderr notices
+    with quiet_transformers():                     # the load and the first decode: transformers' stderr notices
         tr = Trainer(TrainConfig(**kw, seed=seed, steps=PAIR_STEPS, progress=False))
         ro = tr.sample()
     replies = lambda ro: [tr.codec.decode(t.gen) for t in ro.episodes[0].turns]     # noqa: E731 (the first episode)
@@ -241,14 +251,145 @@ def twin_verdicts(names=TWINS, load=None) -> dict:
     return out
 
 
-if __name__ == "__main__":                         # python -m toyrl.viz.small_llm smollm2 [--threads 2] [--seed 0]
+DOORS = dict({k: v for k, v in WARMSTARTS["doors_smollm2"].items() if k not in ("bc_steps", "bc_noise")},
+             init="doors_smollm2", estimator="grpo", lr=3e-4)
+"""lesson 9's live RL run of SmolLM2: Doors with 2 rooms x 3 colours and 3 turns, P=2 x G=8, LoRA r 8 from the
+shipped format-only warm start (``toyrl warmstart doors_smollm2``: 4 BC steps on a teacher that picks doors at
+random), GRPO at lr 3e-4 (three times the LoRA default, so a few steps move the policy)"""
+
+
+@torch.no_grad()
+def door_choices(policy, codec, rooms: int = 3, colours: int = 3) -> np.ndarray:
+    """(colours, colours) P(door | light) of a text policy on Doors' first room: row c is the light's colour, column d
+    a door; each entry is the policy's probability of the whole canonical reply go[DOOR] (the product of its token
+    probabilities, teacher-forced after the first turn's prompt), normalized over the ``colours`` replies. The
+    diagonal is the right door. No sampling: two calls on the same weights give the same matrix.
+
+        P(d | c) = exp(log pi(reply_d | prompt_c)) / sum_d' exp(log pi(reply_d' | prompt_c))
+
+    Example: a policy that always writes go[left] -> every row [1, 0, 0]; one that reads the light -> the identity.
+    """
+    core = make_core("doors", 1, rooms=rooms, colours=colours)
+    seqs, spans = [], []
+    for c in range(colours):
+        core.reset(np.full((1, rooms), c, np.int64))                 # every room lit c: the first room's light is c
+        prompt = codec.prompt(core, 0)
+        for d in range(colours):
+            reply = codec.action_ids(core, d, 0)
+            seqs.append(prompt + reply)
+            spans.append((len(prompt), len(prompt) + len(reply)))
+    T = max(map(len, seqs))
+    tokens = torch.full((len(seqs), T), codec.PAD, dtype=torch.long, device=policy.device)   # (C * C, T)
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    for i, q in enumerate(seqs):
+        tokens[i, :len(q)] = torch.tensor(q, device=policy.device)
+        mask[i, :len(q)] = True
+    was_training = policy.training
+    policy.eval()
+    logp, _ = policy.logprobs(tokens, mask)                           # (C * C, T)
+    policy.train(was_training)
+    reply_logp = torch.stack([logp[i, a:b].sum() for i, (a, b) in enumerate(spans)]).view(colours, colours)
+    return torch.softmax(reply_logp.double(), 1).cpu().numpy()
+
+
+def light_reading(P: np.ndarray) -> dict:
+    """What a ``door_choices`` matrix says, lights drawn uniformly: {"right": the mean probability of the right
+    door (the diagonal's mean; 1 / colours for a policy that ignores the light and spreads evenly), "H": the
+    entropy in nats of the door chosen, H(door) (log(colours): every door equally often; 0: always one door),
+    "mi": the mutual information in nats between light and door, I(light; door) = H(door) - H(door | light)
+    (0: the door does not depend on the light; log(colours): it is a function of it)}. Template collapse (RAGEN-2,
+    arXiv 2604.06268) is H falling while I stays near 0: replies narrow onto a template that ignores the input.
+    Example: the identity (3 x 3) -> right 1.0, H = mi = log 3 = 1.099; every row [1, 0, 0] -> H = mi = 0."""
+    P = np.asarray(P, float)
+    C = P.shape[0]
+    joint = P / C                                                      # p(c, d)
+    pd = joint.sum(0)                                                  # p(d)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mi = np.where(joint > 0, joint * np.log(joint / (pd[None, :] / C)), 0.0).sum()
+        H = -np.where(pd > 0, pd * np.log(pd), 0.0).sum()
+    return {"right": float(np.trace(P) / C), "H": float(H), "mi": float(mi)}
+
+
+def plot_door_choices(mats: dict, *, title: str):
+    """One heatmap per named ``door_choices`` matrix ({"before RL": P, ...}): light colour down, door across, the
+    probability in each cell and a shared colour bar; each panel's title gives ``light_reading``'s figures."""
+    import matplotlib.pyplot as plt
+    from ..envs.doors import COLOURS, DOORS
+    from .style import figsize, font_size
+    n = len(mats)
+    fig, axes = plt.subplots(1, n, figsize=figsize(3.4 * n + 1.0, 3.4), layout="constrained", squeeze=False)
+    for ax, (name, P) in zip(axes[0], mats.items()):
+        C = len(P)
+        im = ax.imshow(P, vmin=0.0, vmax=1.0, cmap="Greens")
+        for c in range(C):
+            for d in range(C):
+                ax.text(d, c, f"{P[c][d]:.2f}", ha="center", va="center", fontsize=font_size("legend"),
+                        color="white" if P[c][d] > 0.6 else "black")
+        ax.set_xticks(range(C), [f"go[{DOORS[d]}]" for d in range(C)])
+        ax.set_yticks(range(C), [f"{COLOURS[c]} light" for c in range(C)])
+        ax.set_xlabel("door the policy writes")
+        ax.set_ylabel("light in the room")
+        r = light_reading(P)
+        ax.set_title(f"{name}\nright door {r['right']:.2f}, H(door) {r['H']:.2f}, MI {r['mi']:.2f} nats",
+                     fontsize=font_size("title"))
+    fig.colorbar(im, ax=list(axes[0]), label="P(door | light)")
+    fig.suptitle(title, fontsize=font_size("suptitle"), wrap=True)
+    return fig
+
+
+DOORS_STEPS = 8
+"""GRPO steps of lesson 9's live run and of each stored Doors run"""
+
+
+def run_doors(seed: int = 0, steps: int = DOORS_STEPS, out_dir=RUNS_DIR, **fields) -> dict:
+    """``DOORS`` (``fields`` override it) for ``steps`` steps, ``door_choices`` read before and after each. Returns
+    (and writes to ``out_dir/doors__seedS.json``; out_dir None: nowhere) {"config", "rows": the run-log rows,
+    "choices": the (colours, colours) matrices, [0] the start, "reads": their ``light_reading``, "threads", "load",
+    "seconds"}."""
+    t0 = time.perf_counter()
+    with quiet_transformers():
+        tr = Trainer(TrainConfig(**{**DOORS, **fields}, steps=steps, seed=seed, progress=False))
+    K, C = tr.core.K, tr.core.C
+    mats, rows = [door_choices(tr.policy, tr.codec, K, C)], []
+    for _ in range(steps):
+        rows.append({k: _plain(v) for k, v in tr.step().items()})
+        mats.append(door_choices(tr.policy, tr.codec, K, C))
+    out = {"config": encode(asdict(tr.cfg)), "rows": rows, "choices": [m.tolist() for m in mats],
+           "reads": [light_reading(m) for m in mats], "threads": torch.get_num_threads(), "load": os.getloadavg()[0],
+           "seconds": time.perf_counter() - t0}
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / f"doors__seed{seed}.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def load_doors(seeds=range(4), out_dir=RUNS_DIR) -> dict:
+    """{seed: run_doors' record} of the stored Doors runs (a FileNotFoundError naming the command if one is
+    missing: ``python -m toyrl.viz.small_llm doors --seed S``)."""
+    out = {}
+    for seed in seeds:
+        path = Path(out_dir) / f"doors__seed{seed}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing; make it with "
+                                    f"`python -m toyrl.viz.small_llm doors --seed {seed}`")
+        out[seed] = json.loads(path.read_text())
+    return out
+
+
+if __name__ == "__main__":              # python -m toyrl.viz.small_llm smollm2 | tinylm | doors [--seed S]
     import argparse
-    ap = argparse.ArgumentParser(description="store notebook 9's pair run of one policy")
-    ap.add_argument("policy", choices=sorted(PAIR))
+    ap = argparse.ArgumentParser(description="store notebook 9's pair run of one policy, or a Doors run of SmolLM2")
+    ap.add_argument("what", choices=sorted(PAIR) + ["doors"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    rec = run_pair(a.policy, a.seed)
-    print(f"{a.policy}: valid {rec['warm']['valid_before']:.2f} -> {rec['warm']['valid_after']:.2f} after BC; "
-          f"{rec['seconds']:.0f} s at {rec['threads']} threads, load {rec['load']:.2f}")
+    if a.what == "doors":
+        rec = run_doors(a.seed)
+        first, last = rec["reads"][0], rec["reads"][-1]
+        print(f"doors seed {a.seed}: H(door) {first['H']:.3f} -> {last['H']:.3f}, MI {first['mi']:.3f} -> "
+              f"{last['mi']:.3f}; {rec['seconds']:.0f} s at {rec['threads']} threads, load {rec['load']:.2f}")
+    else:
+        rec = run_pair(a.what, a.seed)
+        print(f"{a.what}: valid {rec['warm']['valid_before']:.2f} -> {rec['warm']['valid_after']:.2f} after BC; "
+              f"{rec['seconds']:.0f} s at {rec['threads']} threads, load {rec['load']:.2f}")
