@@ -8,7 +8,8 @@ from toyrl.cli.results import WARMSTART_NAMES
 from toyrl.train import TrainConfig
 from toyrl.train.trainer import Trainer
 from toyrl.lab.warmstart import make_warmstart, reasoning_value
-from toyrl.train.warmstart import MATCH, WARMSTARTS, check_matches, load_warmstart, warmstart_bytes, warmstart_path
+from toyrl.train.warmstart import (WARMSTARTS, check_matches, load_warmstart, match_fields, warmstart_bytes,
+                                   warmstart_path)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,7 @@ def test_checkpoint_holds_weights_optimizer_and_reasoning(tiny):
 
 
 def rl_config(path, **kw):
-    fields = {k: v for k, v in WARMSTARTS["tmaze"].items() if k in MATCH}
-    return TrainConfig(**fields, init=str(path), prompts_per_step=2, group_size=2, steps=1, progress=False, **kw)
+    return TrainConfig(**match_fields("tmaze"), init=str(path), prompts_per_step=2, group_size=2, steps=1, progress=False, **kw)
 
 
 def test_init_loads_weights_and_optimizer(tiny):

@@ -29,7 +29,7 @@ import torch
 from ..envs.doors import instruction
 
 __all__ = ["WARMSTARTS", "MATCH", "CHECKPOINT_DIR", "warmstart_bytes", "load_warmstart", "warmstart_path",
-           "check_matches", "trained_state", "apply_warmstart"]
+           "match_fields", "check_matches", "trained_state", "apply_warmstart"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "data" / "checkpoints"
 """where the shipped warm starts live (``toyrl warmstart NAME --update-shipped`` writes there)"""
@@ -62,6 +62,12 @@ WARMSTARTS = {
 MATCH = ("env", "env_kwargs", "policy", "n_think", "think_max", "context", "context_k", "system", "reply_tokens",
          "lora_r")
 """the TrainConfig fields a run must share with the warm start it loads"""
+
+
+def match_fields(name: str) -> dict:
+    """The ``MATCH`` fields the recipe ``name`` sets (a field it leaves out is the TrainConfig default): what a run
+    from that warm start passes to ``TrainConfig``. Example: match_fields("tmaze")["context"] -> "blind"."""
+    return {k: v for k, v in WARMSTARTS[name].items() if k in MATCH}
 
 
 def warmstart_path(name_or_path: Union[str, Path]) -> Path:

@@ -64,10 +64,10 @@ def reasoning_check(name: str = "tmaze", *, episodes: int = 128, seed: int = 0) 
     from ..lab.warmstart import reasoning_value
     from ..train import TrainConfig
     from ..train.trainer import Trainer
-    from ..train.warmstart import MATCH, WARMSTARTS
+    from ..train.warmstart import WARMSTARTS, match_fields
     if name not in WARMSTARTS:
         raise ValueError(f"name must be one of {', '.join(WARMSTARTS)}, got {name!r}")
-    cfg = TrainConfig(**{k: WARMSTARTS[name][k] for k in MATCH}, init=name, prompts_per_step=1, group_size=2,
+    cfg = TrainConfig(**match_fields(name), init=name, prompts_per_step=1, group_size=2,
                       steps=0, progress=False)
     tr = Trainer(cfg)
     return reasoning_value(tr.policy, tr.codec, cfg, episodes=episodes, seed=seed)
@@ -80,10 +80,10 @@ def momentum_trap(*, steps: int = 20, seed: int = 0, skip_zero_adv: bool = False
     ``skip_zero_adv`` drops the step."""
     from ..train import TrainConfig
     from ..train.trainer import Trainer
-    from ..train.warmstart import MATCH, WARMSTARTS
+    from ..train.warmstart import match_fields
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    cfg = TrainConfig(**{k: WARMSTARTS["tmaze"][k] for k in MATCH}, init="tmaze", bc_optimizer="continue", estimator="grpo",
+    cfg = TrainConfig(**match_fields("tmaze"), init="tmaze", bc_optimizer="continue", estimator="grpo",
                       prompts_per_step=2, group_size=4, lr=lr, grad_clip=1.0, steps=steps, seed=seed,
                       skip_zero_adv=skip_zero_adv, progress=False)
     log = Trainer(cfg).run()

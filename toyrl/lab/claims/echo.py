@@ -146,11 +146,11 @@ def task_floor(name: str = "tmaze", *, episodes: int = 512, seed: int = 0) -> di
     its success intact on the same tasks (``toyrl.lab.warmstart.reasoning_value``). {"floor", "intact"}."""
     from ...train import TrainConfig
     from ...train.trainer import Trainer
-    from ...train.warmstart import MATCH, WARMSTARTS
+    from ...train.warmstart import WARMSTARTS, match_fields
     from ..warmstart import reasoning_value
     if name not in WARMSTARTS:
         raise ValueError(f"name must be one of {', '.join(WARMSTARTS)}, got {name!r}")
-    cfg = TrainConfig(**{k: WARMSTARTS[name][k] for k in MATCH}, init=name, prompts_per_step=1, group_size=2,
+    cfg = TrainConfig(**match_fields(name), init=name, prompts_per_step=1, group_size=2,
                       steps=0, progress=False)
     tr = Trainer(cfg)
     v = reasoning_value(tr.policy, tr.codec, cfg, episodes=episodes, seed=seed)
