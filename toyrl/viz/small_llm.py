@@ -347,13 +347,13 @@ def run_doors(seed: int = 0, steps: int = DOORS_STEPS, out_dir=RUNS_DIR, **field
     "choices": the (colours, colours) matrices, [0] the start, "reads": their ``light_reading``, "threads", "load",
     "seconds"}."""
     t0 = time.perf_counter()
-    with quiet_transformers():
+    with quiet_transformers():                  # the load and the first reply: transformers' stderr notices
         tr = Trainer(TrainConfig(**{**DOORS, **fields}, steps=steps, seed=seed, progress=False))
-    K, C = tr.core.K, tr.core.C
-    mats, rows = [door_choices(tr.policy, tr.codec, K, C)], []
-    for _ in range(steps):
-        rows.append({k: _plain(v) for k, v in tr.step().items()})
-        mats.append(door_choices(tr.policy, tr.codec, K, C))
+        K, C = tr.core.K, tr.core.C
+        mats, rows = [door_choices(tr.policy, tr.codec, K, C)], []
+        for _ in range(steps):
+            rows.append({k: _plain(v) for k, v in tr.step().items()})
+            mats.append(door_choices(tr.policy, tr.codec, K, C))
     out = {"config": encode(asdict(tr.cfg)), "rows": rows, "choices": [m.tolist() for m in mats],
            "reads": [light_reading(m) for m in mats], "threads": torch.get_num_threads(), "load": os.getloadavg()[0],
            "seconds": time.perf_counter() - t0}
