@@ -35,7 +35,8 @@ def test_checkpoint_holds_weights_optimizer_and_reasoning(tiny):
 
 
 def rl_config(path, **kw):
-    return TrainConfig(**match_fields("tmaze"), init=str(path), prompts_per_step=2, group_size=2, steps=1, progress=False, **kw)
+    return TrainConfig(**match_fields("tmaze"), init=str(path), prompts_per_step=2, group_size=2, steps=1,
+                       progress=False, **kw)
 
 
 def test_init_loads_weights_and_optimizer(tiny):

@@ -54,7 +54,7 @@ def make_warmstart(name: str, *, bc_steps: Optional[int] = None, seed: int = 0, 
     losses = tr.behaviour_clone(cfg.bc_steps)
     tr.policy.eval()
     state = trained_state(tr.policy)
-    if len(state) < len(tr.policy.state_dict()):                 # adapters over a frozen base: bf16, no optimizer
+    if not all(p.requires_grad for p in tr.policy.parameters()):  # adapters over a frozen base: bf16, no optimizer
         return {"name": name, "settings": settings, "seed": seed, "bc_losses": losses,
                 "state_dict": {k: v.to(torch.bfloat16) for k, v in state.items()}, "reasoning": None}
     return {"name": name, "settings": settings, "seed": seed, "bc_losses": losses,

@@ -125,13 +125,12 @@ def apply_warmstart(trainer, ck: dict) -> None:
            if have.get(k) != tuple(v.shape)]
     if bad:
         raise ValueError(f"init: warm start {ck.get('name')!r} does not fit this run's policy: {'; '.join(bad)}")
+    keys = set(ck["state_dict"])
     trains = {k for k, p in trainer.policy.named_parameters() if p.requires_grad}
-    if set(ck["state_dict"]) != set(state):
-        if set(ck["state_dict"]) != trains:
-            missing = sorted(trains - set(ck["state_dict"]))[:3]
-            raise ValueError(f"init: warm start {ck.get('name')!r} holds neither the whole policy nor exactly its "
-                             f"trainable parameters (e.g. missing {missing})")
-    whole = set(ck["state_dict"]) == set(state)
+    whole = keys == set(state)
+    if not whole and keys != trains:
+        raise ValueError(f"init: warm start {ck.get('name')!r} holds neither the whole policy nor exactly its "
+                         f"trainable parameters (e.g. missing {sorted(trains - keys)[:3]})")
     trainer.policy.load_state_dict(ck["state_dict"], strict=whole)
     if trainer.cfg.bc_optimizer == "continue":
         if "opt_state" not in ck:

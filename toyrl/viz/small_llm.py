@@ -314,7 +314,7 @@ def plot_door_choices(mats: dict, *, title: str):
     """One heatmap per named ``door_choices`` matrix ({"before RL": P, ...}): light colour down, door across, the
     probability in each cell and a shared colour bar; each panel's title gives ``light_reading``'s figures."""
     import matplotlib.pyplot as plt
-    from ..envs.doors import COLOURS, DOORS
+    from ..envs.doors import COLOURS, DOORS as DOOR_NAMES
     from .style import figsize, font_size
     n = len(mats)
     fig, axes = plt.subplots(1, n, figsize=figsize(3.4 * n + 1.0, 3.4), layout="constrained", squeeze=False)
@@ -325,7 +325,7 @@ def plot_door_choices(mats: dict, *, title: str):
             for d in range(C):
                 ax.text(d, c, f"{P[c][d]:.2f}", ha="center", va="center", fontsize=font_size("legend"),
                         color="white" if P[c][d] > 0.6 else "black")
-        ax.set_xticks(range(C), [f"go[{DOORS[d]}]" for d in range(C)])
+        ax.set_xticks(range(C), [f"go[{DOOR_NAMES[d]}]" for d in range(C)])
         ax.set_yticks(range(C), [f"{COLOURS[c]} light" for c in range(C)])
         ax.set_xlabel("door the policy writes")
         ax.set_ylabel("light in the room")
@@ -341,17 +341,18 @@ DOORS_STEPS = 8
 """GRPO steps of lesson 9's live run and of each stored Doors run"""
 
 
-def run_doors(seed: int = 0, steps: int = DOORS_STEPS, out_dir=RUNS_DIR, **fields) -> dict:
+def run_doors(seed: int = 0, steps: int = DOORS_STEPS, out_dir=RUNS_DIR, progress: bool = False, **fields) -> dict:
     """``DOORS`` (``fields`` override it) for ``steps`` steps, ``door_choices`` read before and after each. Returns
     (and writes to ``out_dir/doors__seedS.json``; out_dir None: nowhere) {"config", "rows": the run-log rows,
     "choices": the (colours, colours) matrices, [0] the start, "reads": their ``light_reading``, "threads", "load",
-    "seconds"}."""
+    "seconds"}. ``progress``: a bar over the steps (lesson 9's live cell)."""
+    from tqdm.auto import tqdm
     t0 = time.perf_counter()
     with quiet_transformers():                  # the load and the first reply: transformers' stderr notices
         tr = Trainer(TrainConfig(**{**DOORS, **fields}, steps=steps, seed=seed, progress=False))
         K, C = tr.core.K, tr.core.C
         mats, rows = [door_choices(tr.policy, tr.codec, K, C)], []
-        for _ in range(steps):
+        for _ in tqdm(range(steps), desc="GRPO steps of SmolLM2", disable=not progress):
             rows.append({k: _plain(v) for k, v in tr.step().items()})
             mats.append(door_choices(tr.policy, tr.codec, K, C))
     out = {"config": encode(asdict(tr.cfg)), "rows": rows, "choices": [m.tolist() for m in mats],
